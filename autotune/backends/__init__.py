@@ -1,0 +1,45 @@
+"""Replica backends, selected by a string kind from one registry.
+
+``sim`` (the embedded simulator, default) and ``vllm`` (real ``vllm serve`` replicas) register
+here. A backend module is imported only when its kind is asked for, so heavy dependencies stay
+lazy. Adding a backend is one entry in ``_REGISTRY`` pointing at a factory
+``create(serve: ServeSpec, options: Mapping[str, Any], seed: int) -> Backend``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from typing import Any
+
+from autotune.backends.base import Backend, Replica
+from autotune.errors import ConfigError
+from autotune.types import ServeSpec
+
+__all__ = ["Backend", "Replica", "available_backends", "create_backend"]
+
+#: kind -> "module:factory" (imported lazily).
+_REGISTRY: dict[str, str] = {
+    "sim": "autotune.backends.sim:create",
+    "vllm": "autotune.backends.vllm:create",
+}
+
+
+def available_backends() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def create_backend(
+    kind: str, serve: ServeSpec, options: Mapping[str, Any] | None = None, seed: int = 0
+) -> Backend:
+    """Build the backend registered as ``kind``; unknown kinds list the registered ones."""
+    target = _REGISTRY.get(kind)
+    if target is None:
+        raise ConfigError(
+            f"unknown backend {kind!r}; registered backends: {', '.join(available_backends())}"
+        )
+    module_name, _, attr = target.partition(":")
+    module = importlib.import_module(module_name)
+    factory = getattr(module, attr)
+    backend: Backend = factory(serve, dict(options or {}), seed)
+    return backend

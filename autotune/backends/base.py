@@ -1,0 +1,51 @@
+"""The replica backend contract (DESIGN §5).
+
+A :class:`Backend` starts one :class:`Replica` per trial config; the replica replays a schedule
+and returns a :class:`~autotune.types.Measurement`; ``stop`` releases it. The contract:
+
+- ``start`` either returns a ready replica or raises :class:`~autotune.errors.TrialFailed`
+  (bad flag, OOM, timeout) with the reason; it never leaves a process behind when it raises.
+- ``replay`` measures the schedule; a crash mid-replay raises ``TrialFailed``.
+- ``stop`` is idempotent and safe to call after a failure; after it returns, nothing the replica
+  started is still running.
+- Backends never read the search's state or the store; the search never reads a backend's
+  internals (the simulator's hidden acceptance truth stays inside ``backends/sim``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+from autotune.types import Measurement, Progress, ReplaySchedule, TrialConfig
+
+__all__ = ["Backend", "Replica"]
+
+
+@runtime_checkable
+class Replica(Protocol):
+    """One running server (or simulated server) with a fixed trial config."""
+
+    config: TrialConfig
+
+    def replay(self, schedule: ReplaySchedule, progress: Progress | None = None) -> Measurement:
+        """Replay ``schedule`` and measure it."""
+        ...
+
+    def stop(self) -> None:
+        """Release the replica; idempotent."""
+        ...
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """Starts replicas. ``kind`` is its registry name; ``describe`` feeds provenance."""
+
+    kind: str
+
+    def start(self, config: TrialConfig) -> Replica:
+        """Start a replica serving with ``config``; raises TrialFailed when it cannot."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """Provenance of the measurements: backend, profile/hardware, versions."""
+        ...

@@ -1,0 +1,355 @@
+"""Value types every layer shares: requests, trial configs, measurements, acceptance curves.
+
+This module imports nothing from autotune (only the standard library and numpy), so every
+subpackage can depend on it without cycles. The types are immutable values; the arrays inside a
+:class:`Measurement` must not be mutated by whoever receives them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "SPECULATIVE_CONFIG_KEYS",
+    "AcceptanceCounts",
+    "AcceptanceCurve",
+    "FloatArray",
+    "Measurement",
+    "Progress",
+    "Recommendation",
+    "ReplayMode",
+    "ReplaySchedule",
+    "Request",
+    "RequestSource",
+    "ServeSpec",
+    "Slo",
+    "TrialConfig",
+    "quantile_ms",
+]
+
+FloatArray = npt.NDArray[np.float64]
+ReplayMode = Literal["trace", "closed"]
+
+#: Keys autotune may put in a ``--speculative-config`` JSON: fields of vLLM's SpeculativeConfig.
+SPECULATIVE_CONFIG_KEYS = frozenset(
+    {
+        "model",
+        "method",
+        "num_speculative_tokens",
+        "draft_tensor_parallel_size",
+        "enable_adaptive_verification",
+        "dspark_draft_topk",
+        "num_speculative_tokens_per_batch_size",
+        "prompt_lookup_max",
+        "prompt_lookup_min",
+    }
+)
+
+
+class Progress(Protocol):
+    """Progress callback: ``progress(done, total)``; ``total`` is None when unknown."""
+
+    def __call__(self, done: int, total: int | None) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One request of a traffic sample (DESIGN §4).
+
+    ``acceptance`` is the DSpark confidence head's *prediction*: conditional per-position
+    acceptance probabilities c_1..c_m, not the truth. ``line`` is the sample line it came from.
+    """
+
+    id: str
+    prompt_tokens: int
+    output_tokens: int
+    arrival_s: float | None = None
+    workload: str | None = None
+    prompt: str | None = None
+    acceptance: tuple[float, ...] | None = None
+    temperature: float = 0.0
+    line: int = 0
+
+
+class RequestSource(Protocol):
+    """A re-iterable, streaming source of requests (e.g. a sample file read lazily)."""
+
+    def __iter__(self) -> Iterator[Request]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ReplaySchedule:
+    """What a replica replays: requests in arrival order plus how to pace them.
+
+    ``mode="trace"`` honours ``arrival_s`` scaled by ``time_scale`` (2.0 = twice as fast);
+    ``mode="closed"`` keeps ``concurrency`` requests in flight and ignores arrival times.
+    The first ``warmup_requests`` requests run but are left out of the statistics.
+    ``requests`` may be any re-iterable (a list, or a streaming reader over a file).
+    """
+
+    requests: Iterable[Request]
+    mode: ReplayMode = "trace"
+    time_scale: float = 1.0
+    concurrency: int = 1
+    warmup_requests: int = 0
+    seed: int = 0
+    label: str = ""
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class TrialConfig:
+    """The four knobs a trial sets (DESIGN §4). ``num_speculative_tokens=0`` means no drafter."""
+
+    num_speculative_tokens: int
+    enable_adaptive_verification: bool
+    max_num_seqs: int
+    max_num_batched_tokens: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TrialConfig:
+        return cls(
+            num_speculative_tokens=int(data["num_speculative_tokens"]),
+            enable_adaptive_verification=bool(data["enable_adaptive_verification"]),
+            max_num_seqs=int(data["max_num_seqs"]),
+            max_num_batched_tokens=int(data["max_num_batched_tokens"]),
+        )
+
+    def short(self) -> str:
+        """Compact human label, e.g. ``n=5 av seqs=64 tok=8192``."""
+        av = " av" if self.enable_adaptive_verification else ""
+        return (
+            f"n={self.num_speculative_tokens}{av} seqs={self.max_num_seqs} "
+            f"tok={self.max_num_batched_tokens}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ServeSpec:
+    """The fixed part of every trial's server (the policy's ``serve`` section)."""
+
+    model: str
+    draft_model: str | None
+    method: str
+    draft_block_size: int
+    tensor_parallel_size: int = 8
+    gpus_per_replica: int = 8
+    max_model_len: int = 20000
+    extra_args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    command: tuple[str, ...] = ()
+
+    def speculative_config(self, config: TrialConfig) -> dict[str, Any] | None:
+        """The exact ``--speculative-config`` JSON object for ``config`` (None: no drafter)."""
+        if config.num_speculative_tokens <= 0:
+            return None
+        spec: dict[str, Any] = {"method": self.method}
+        if self.draft_model:
+            spec["model"] = self.draft_model
+        spec["num_speculative_tokens"] = config.num_speculative_tokens
+        if config.enable_adaptive_verification:
+            spec["enable_adaptive_verification"] = True
+        return spec
+
+
+@dataclass(frozen=True, slots=True)
+class Slo:
+    """Latency service-level objectives, in milliseconds (None: no bound)."""
+
+    ttft_p99_ms: float | None = None
+    itl_p99_ms: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AcceptanceCounts:
+    """Speculative-decoding counters over a replay, as vLLM's ``/metrics`` exposes them.
+
+    ``accepted_per_pos[k]`` counts drafts whose token at position k (0-based) was accepted;
+    the per-position acceptance rate is ``accepted_per_pos[k] / drafts`` (a survival, since a
+    token is only accepted if every earlier one was).
+    """
+
+    drafts: int
+    draft_tokens: int
+    accepted: int
+    accepted_per_pos: tuple[int, ...]
+
+    @property
+    def rate(self) -> float:
+        return self.accepted / self.draft_tokens if self.draft_tokens else 0.0
+
+    @property
+    def per_position(self) -> tuple[float, ...]:
+        if not self.drafts:
+            return tuple(0.0 for _ in self.accepted_per_pos)
+        return tuple(a / self.drafts for a in self.accepted_per_pos)
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Tokens emitted per verify step: 1 (the bonus/corrected token) + accepted drafts."""
+        return 1.0 + (self.accepted / self.drafts if self.drafts else 0.0)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "drafts": self.drafts,
+            "draft_tokens": self.draft_tokens,
+            "accepted": self.accepted,
+            "accepted_per_pos": list(self.accepted_per_pos),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AcceptanceCounts:
+        return cls(
+            drafts=int(data["drafts"]),
+            draft_tokens=int(data["draft_tokens"]),
+            accepted=int(data["accepted"]),
+            accepted_per_pos=tuple(int(x) for x in data["accepted_per_pos"]),
+        )
+
+
+def quantile_ms(values: FloatArray, q: float) -> float:
+    """The q-quantile of ``values`` (seconds) in milliseconds; NaN when empty."""
+    if values.size == 0:
+        return math.nan
+    return float(np.quantile(values, q)) * 1000.0
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What one replay of a schedule on one replica measured; the same shape from every backend.
+
+    Per-request arrays hold one entry per *measured* request (warm-up excluded), in completion
+    order: ``ttft_s`` (time to first token), ``tpot_s`` (mean time per output token after the
+    first), ``e2e_s`` (end to end), ``output_tokens``, and ``ok`` (False: the request errored).
+    ``itl_s`` pools inter-token gaps (one per decode step that emitted tokens, as vLLM's
+    ``inter_token_latency`` histogram does); a backend may subsample it uniformly when huge.
+    ``duration_s`` is the measured window (first measured arrival to last measured completion),
+    in the replica's clock (simulated seconds for the simulator).
+    """
+
+    ttft_s: FloatArray
+    tpot_s: FloatArray
+    e2e_s: FloatArray
+    output_tokens: npt.NDArray[np.int64]
+    ok: npt.NDArray[np.bool_]
+    itl_s: FloatArray
+    duration_s: float
+    wall_time_s: float
+    acceptance: AcceptanceCounts | None = None
+    errors: tuple[str, ...] = ()
+    extra: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def requests(self) -> int:
+        return int(self.ttft_s.size)
+
+    def meets_slo(self, slo: Slo) -> npt.NDArray[np.bool_]:
+        """Per request: completed, TTFT within the TTFT SLO and TPOT within the ITL SLO.
+
+        TPOT (mean gap per token) is the per-request reading of the ITL objective, as in
+        DistServe's goodput; the pooled p99 ITL is checked separately as a constraint.
+        """
+        met = self.ok.copy()
+        if slo.ttft_p99_ms is not None:
+            met &= self.ttft_s * 1000.0 <= slo.ttft_p99_ms
+        if slo.itl_p99_ms is not None:
+            met &= self.tpot_s * 1000.0 <= slo.itl_p99_ms
+        return met
+
+    def summary(self, slo: Slo) -> dict[str, Any]:
+        """Scalar metrics (JSON-ready): throughputs, goodput, latency quantiles, acceptance."""
+        span = self.duration_s if self.duration_s > 0 else math.nan
+        done = self.ok
+        out: dict[str, Any] = {
+            "requests": self.requests,
+            "failed_requests": int((~done).sum()),
+            "duration_s": self.duration_s,
+            "wall_time_s": self.wall_time_s,
+            "output_tokens_per_s": float(self.output_tokens[done].sum()) / span,
+            "requests_per_s": float(done.sum()) / span,
+            "goodput": float(self.meets_slo(slo).sum()) / span,
+            "slo_attainment": float(self.meets_slo(slo).mean()) if self.requests else math.nan,
+            "tpot_mean_ms": float(self.tpot_s[done].mean()) * 1000.0 if done.any() else math.nan,
+        }
+        for name, values in (("ttft", self.ttft_s[done]), ("itl", self.itl_s),
+                             ("e2e", self.e2e_s[done])):
+            for q in (50, 90, 99):
+                out[f"{name}_p{q}_ms"] = quantile_ms(values, q / 100.0)
+        if self.acceptance is not None:
+            out["acceptance_rate"] = self.acceptance.rate
+            out["mean_accepted_length"] = self.acceptance.mean_accepted_length
+            out["per_position_acceptance"] = list(self.acceptance.per_position)
+            out["acceptance"] = self.acceptance.as_dict()
+        out.update({k: float(v) for k, v in self.extra.items()})
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+                for k, v in out.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class AcceptanceCurve:
+    """Per-position conditional acceptance c_1..c_m and what follows from it.
+
+    Survival s_k = c_1·…·c_k; expected tokens per verify step with window n is 1 + Σ_{k≤n} s_k.
+    ``expected`` optionally carries the already-averaged E[1+Σ s_k] per window (the mean of
+    per-request curves, which differs from the curve of the mean c_k on mixed traffic) and
+    ``expected_lo``/``expected_hi`` a confidence interval of it.
+    """
+
+    conditional: tuple[float, ...]
+    expected: tuple[float, ...] = ()
+    expected_lo: tuple[float, ...] = ()
+    expected_hi: tuple[float, ...] = ()
+    samples: int = 0
+
+    @property
+    def survival(self) -> tuple[float, ...]:
+        out: list[float] = []
+        s = 1.0
+        for c in self.conditional:
+            s *= c
+            out.append(s)
+        return tuple(out)
+
+    def expected_tokens(self, n: int) -> float:
+        """Expected tokens emitted per verify step with window ``n`` (1 when n = 0)."""
+        if n <= 0:
+            return 1.0
+        if self.expected and n <= len(self.expected):
+            return self.expected[n - 1]
+        surv = self.survival
+        return 1.0 + sum(surv[: min(n, len(surv))])
+
+
+@dataclass(frozen=True, slots=True)
+class Recommendation:
+    """The best config found for one workload, with where it came from (DESIGN §4)."""
+
+    workload: str
+    config: TrialConfig
+    speculative_config: Mapping[str, Any] | None
+    objective: str
+    value: float
+    baseline_value: float | None
+    run_id: str
+    backend: str
+    status: Literal["candidate", "active", "retired"] = "candidate"
+    value_ci: tuple[float, float] | None = None
+    provenance: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def speedup_vs_baseline(self) -> float | None:
+        if not self.baseline_value:
+            return None
+        return self.value / self.baseline_value
+
+
+#: A callable turning a measurement into the objective value being maximised.
+Objective = Callable[[Measurement], float]
