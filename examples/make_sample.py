@@ -7,7 +7,7 @@ is real and what is synthetic; in short:
 * real: arrival times and output lengths (a contiguous window of the Azure LLM inference
   conversation trace, 2023), prompt texts (Spec-Bench, HumanEval, GSM8K);
 * derived: which prompt a request gets (nearest estimated length to the trace's ContextTokens
-  quantile, within the request's workload), ``prompt_tokens`` (= ceil(chars / 4) of the text);
+  quantile, within the request's workload), ``prompt_tokens`` (= chars / 4 of the text, rounded);
 * synthetic: the workload label of each trace request (seeded draw) and the ``acceptance``
   predictions (per-workload profiles around the novita/kimi-k2.6-dspark offline rates).
 
@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -69,8 +68,12 @@ class TraceRow:
 
 
 def estimate_tokens(text: str) -> int:
-    """The documented token estimate used for ``prompt_tokens``: ceil(characters / 4)."""
-    return max(1, math.ceil(len(text) / 4))
+    """The token estimate used for ``prompt_tokens``: characters / 4, rounded.
+
+    The same rule as ``autotune.traffic.estimate_tokens`` (copied so the script stays a
+    standalone record of how the files were made).
+    """
+    return max(1, round(len(text) / 4))
 
 
 def novita_conditional() -> np.ndarray:
