@@ -1,0 +1,336 @@
+"""The Store: every read and write autotune makes to its database, each in one transaction.
+
+Writers (the tuning pass) and readers (``runs``, ``trials``, ``recommendations``, ``export``)
+may run at the same time: each call opens its own short transaction, so a reader sees whole
+trials and whole recommendations, never half of one.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Engine, inspect, select, update
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.orm import sessionmaker
+
+from autotune.errors import StoreError
+from autotune.store.engine import describe_db_error, make_engine, redact, resolve_url, session_scope
+from autotune.store.models import (
+    Base,
+    Calibration,
+    RecommendationRow,
+    RunRow,
+    TrafficSampleRow,
+    TrialRow,
+    WorkloadRow,
+    utcnow,
+)
+
+__all__ = ["Store", "new_run_id"]
+
+RUN_STATUSES = ("running", "finished", "failed", "interrupted")
+TRIAL_STATES = ("complete", "failed", "pruned", "running")
+
+
+def new_run_id(now: datetime | None = None) -> str:
+    """A sortable, unique run id: ``20261129-151003-3fa2``."""
+    t = now or datetime.now(UTC)
+    return f"{t:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+def _iso(t: datetime | None) -> str | None:
+    if t is None:
+        return None
+    if t.tzinfo is None:  # SQLite drops the zone; values are written in UTC
+        t = t.replace(tzinfo=UTC)
+    return t.isoformat(timespec="seconds")
+
+
+class Store:
+    """Typed access to the autotune database at ``url`` (see :mod:`autotune.store.engine`)."""
+
+    def __init__(self, engine: Engine, url: str) -> None:
+        self.engine = engine
+        self.url = url
+        self._sessions = sessionmaker(engine, expire_on_commit=False)
+
+    @classmethod
+    def open(cls, url: str | None = None, *, create: bool = True) -> Store:
+        """Connect; create the schema on first use of an empty database."""
+        resolved = resolve_url(url)
+        engine = make_engine(resolved)
+        store = cls(engine, resolved)
+        try:
+            with engine.connect() as conn:
+                tables = set(inspect(conn).get_table_names())
+            if create and not {"runs", "trials", "recommendations"} <= tables:
+                Base.metadata.create_all(engine)
+        except DBAPIError as e:
+            raise StoreError(describe_db_error(resolved, e)) from e
+        except SQLAlchemyError as e:
+            raise StoreError(f"database {redact(resolved)}: {e}") from e
+        return store
+
+    @property
+    def optuna_url(self) -> str:
+        """Optuna's RDB storage lives in the same database (optuna-dashboard can open it)."""
+        return self.url
+
+    def session(self) -> Any:
+        return session_scope(self._sessions, self.url)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # ---- traffic -------------------------------------------------------------------------
+    def record_sample(self, *, path: str, sha256: str, size_bytes: int, requests: int,
+                      skipped_lines: int, workloads: Mapping[str, Mapping[str, Any]]) -> int:
+        """Record a loaded sample and its workloads (once per content hash); returns its id."""
+        with self.session() as s:
+            row = s.scalar(select(TrafficSampleRow).where(TrafficSampleRow.sha256 == sha256))
+            if row is None:
+                row = TrafficSampleRow(sha256=sha256, path=path, size_bytes=size_bytes,
+                                       requests=requests, skipped_lines=skipped_lines)
+                s.add(row)
+                s.flush()
+                for name, summary in workloads.items():
+                    s.add(WorkloadRow(sample_id=row.id, name=name,
+                                      requests=int(summary.get("requests", 0)),
+                                      summary=dict(summary)))
+            return row.id
+
+    def sample(self, sample_id: int) -> dict[str, Any]:
+        with self.session() as s:
+            row = s.get(TrafficSampleRow, sample_id)
+            if row is None:
+                raise StoreError(f"no traffic sample with id {sample_id}")
+            workloads = s.scalars(select(WorkloadRow).where(WorkloadRow.sample_id == row.id))
+            return {"id": row.id, "path": row.path, "sha256": row.sha256,
+                    "size_bytes": row.size_bytes, "requests": row.requests,
+                    "workloads": {w.name: w.summary for w in workloads}}
+
+    # ---- runs ----------------------------------------------------------------------------
+    def create_run(self, *, backend: str, policy_name: str, policy_sha256: str,
+                   policy: Mapping[str, Any], sample_id: int, seed: int,
+                   options: Mapping[str, Any] | None = None, run_id: str | None = None) -> str:
+        rid = run_id or new_run_id()
+        with self.session() as s:
+            s.add(RunRow(id=rid, status="running", backend=backend, policy_name=policy_name,
+                         policy_sha256=policy_sha256, policy=dict(policy), sample_id=sample_id,
+                         seed=seed, options=dict(options or {})))
+        return rid
+
+    def resumable_run(self, *, backend: str, policy_sha256: str, sample_id: int,
+                      seed: int) -> str | None:
+        """The newest unfinished run (running or interrupted) with the same inputs, if any."""
+        with self.session() as s:
+            return s.scalar(
+                select(RunRow.id)
+                .where(RunRow.backend == backend, RunRow.policy_sha256 == policy_sha256,
+                       RunRow.sample_id == sample_id, RunRow.seed == seed,
+                       RunRow.status.in_(("running", "interrupted")))
+                .order_by(RunRow.started_at.desc())
+                .limit(1))
+
+    def set_run_status(self, run_id: str, status: str, error: str | None = None) -> None:
+        if status not in RUN_STATUSES:
+            raise ValueError(f"run status must be one of {RUN_STATUSES}, got {status!r}")
+        with self.session() as s:
+            values: dict[str, Any] = {"status": status, "error": error}
+            values["finished_at"] = None if status == "running" else utcnow()
+            s.execute(update(RunRow).where(RunRow.id == run_id).values(**values))
+
+    def runs(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """Runs, newest first, in the DESIGN §4 JSON shape."""
+        with self.session() as s:
+            q = (select(RunRow, TrafficSampleRow)
+                 .join(TrafficSampleRow, RunRow.sample_id == TrafficSampleRow.id)
+                 .order_by(RunRow.started_at.desc(), RunRow.id.desc()))
+            if limit:
+                q = q.limit(limit)
+            return [self._run_view(run, sample) for run, sample in s.execute(q).all()]
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        with self.session() as s:
+            run = s.get(RunRow, run_id)
+            if run is None:
+                raise StoreError(f"no run {run_id!r}; list runs with: autotune runs")
+            sample = s.get(TrafficSampleRow, run.sample_id)
+            assert sample is not None
+            return self._run_view(run, sample)
+
+    @staticmethod
+    def _run_view(run: RunRow, sample: TrafficSampleRow) -> dict[str, Any]:
+        return {
+            "run": run.id,
+            "status": run.status,
+            "backend": run.backend,
+            "policy": {"name": run.policy_name, "sha256": run.policy_sha256},
+            "traffic": {"path": sample.path, "sha256": sample.sha256,
+                        "requests": sample.requests},
+            "seed": run.seed,
+            "started_at": _iso(run.started_at),
+            "finished_at": _iso(run.finished_at),
+            "error": run.error,
+        }
+
+    # ---- trials --------------------------------------------------------------------------
+    def record_trial(self, *, run_id: str, workload: str, number: int, state: str,
+                     params: Mapping[str, Any], is_baseline: bool = False,
+                     value: float | None = None, feasible: bool | None = None,
+                     metrics: Mapping[str, Any] | None = None,
+                     acceptance_rate: float | None = None,
+                     per_request: Mapping[str, Any] | None = None, error: str | None = None,
+                     replica: str | None = None, node: str | None = None, attempts: int = 1,
+                     started_at: datetime | None = None) -> int:
+        """Insert or update one trial (keyed by run, workload, number) in one transaction."""
+        if state not in TRIAL_STATES:
+            raise ValueError(f"trial state must be one of {TRIAL_STATES}, got {state!r}")
+        with self.session() as s:
+            row = s.scalar(select(TrialRow).where(TrialRow.run_id == run_id,
+                                                  TrialRow.workload == workload,
+                                                  TrialRow.number == number))
+            if row is None:
+                row = TrialRow(run_id=run_id, workload=workload, number=number,
+                               started_at=started_at or utcnow())
+                s.add(row)
+            row.state = state
+            row.params = dict(params)
+            row.is_baseline = is_baseline
+            row.value = value
+            row.feasible = feasible
+            row.metrics = dict(metrics or {})
+            row.acceptance_rate = acceptance_rate
+            row.per_request = dict(per_request or {})
+            row.error = error
+            row.replica = replica
+            row.node = node
+            row.attempts = attempts
+            row.finished_at = None if state == "running" else utcnow()
+            s.flush()
+            return row.id
+
+    def trials(self, run_id: str | None = None, workload: str | None = None,
+               *, with_requests: bool = False) -> list[dict[str, Any]]:
+        """Trials in the DESIGN §4 JSON shape, oldest first."""
+        with self.session() as s:
+            q = select(TrialRow).order_by(TrialRow.run_id, TrialRow.workload, TrialRow.number)
+            if run_id:
+                q = q.where(TrialRow.run_id == run_id)
+            if workload:
+                q = q.where(TrialRow.workload == workload)
+            return [self._trial_view(t, with_requests) for t in s.scalars(q)]
+
+    @staticmethod
+    def _trial_view(t: TrialRow, with_requests: bool) -> dict[str, Any]:
+        view = {
+            "run": t.run_id,
+            "workload": t.workload,
+            "number": t.number,
+            "state": t.state,
+            "baseline": t.is_baseline,
+            "params": t.params,
+            "replica": t.replica,
+            "node": t.node,
+            "value": t.value,
+            "feasible": t.feasible,
+            "metrics": t.metrics,
+            "acceptance_rate": t.acceptance_rate,
+            "error": t.error,
+            "attempts": t.attempts,
+            "id": t.id,
+        }
+        if with_requests:
+            view["per_request"] = t.per_request
+        return view
+
+    # ---- recommendations -----------------------------------------------------------------
+    def add_recommendation(self, *, workload: str, config: Mapping[str, Any],
+                           speculative_config: Mapping[str, Any] | None,
+                           serve: Mapping[str, Any], objective: str, value: float,
+                           baseline_value: float | None, run_id: str, trial_id: int | None,
+                           backend: str, provenance: Mapping[str, Any],
+                           value_ci: tuple[float, float] | None = None,
+                           promote: bool, reason: str) -> dict[str, Any]:
+        """Add a recommendation; with ``promote`` it becomes active and the old one retires."""
+        speedup = value / baseline_value if baseline_value else None
+        with self.session() as s:
+            if promote:
+                s.execute(update(RecommendationRow)
+                          .where(RecommendationRow.workload == workload,
+                                 RecommendationRow.status == "active")
+                          .values(status="retired", retired_at=utcnow()))
+            row = RecommendationRow(
+                workload=workload, status="active" if promote else "candidate",
+                config=dict(config),
+                speculative_config=dict(speculative_config) if speculative_config else None,
+                serve=dict(serve), objective=objective, value=value,
+                value_ci_low=value_ci[0] if value_ci else None,
+                value_ci_high=value_ci[1] if value_ci else None,
+                baseline_value=baseline_value, speedup_vs_baseline=speedup, run_id=run_id,
+                trial_id=trial_id, backend=backend, provenance=dict(provenance), reason=reason)
+            s.add(row)
+            s.flush()
+            return self._rec_view(row)
+
+    def active_recommendation(self, workload: str) -> dict[str, Any] | None:
+        with self.session() as s:
+            row = s.scalar(select(RecommendationRow)
+                           .where(RecommendationRow.workload == workload,
+                                  RecommendationRow.status == "active")
+                           .order_by(RecommendationRow.id.desc()).limit(1))
+            return self._rec_view(row) if row else None
+
+    def recommendations(self, workload: str | None = None, *, history: bool = False,
+                        run_id: str | None = None) -> list[dict[str, Any]]:
+        """Active recommendations (all of them, newest first, with ``history``)."""
+        with self.session() as s:
+            q = select(RecommendationRow).order_by(RecommendationRow.workload,
+                                                   RecommendationRow.id.desc())
+            if workload:
+                q = q.where(RecommendationRow.workload == workload)
+            if run_id:
+                q = q.where(RecommendationRow.run_id == run_id)
+            elif not history:
+                q = q.where(RecommendationRow.status == "active")
+            return [self._rec_view(r) for r in s.scalars(q)]
+
+    @staticmethod
+    def _rec_view(r: RecommendationRow) -> dict[str, Any]:
+        return {
+            "id": r.id,
+            "workload": r.workload,
+            "status": r.status,
+            "config": r.config,
+            "speculative_config": r.speculative_config,
+            "serve": r.serve,
+            "objective": r.objective,
+            "value": r.value,
+            "value_ci": ([r.value_ci_low, r.value_ci_high]
+                         if r.value_ci_low is not None else None),
+            "baseline_value": r.baseline_value,
+            "speedup_vs_baseline": r.speedup_vs_baseline,
+            "run": r.run_id,
+            "trial_id": r.trial_id,
+            "backend": r.backend,
+            "traffic": r.provenance.get("traffic"),
+            "policy": r.provenance.get("policy"),
+            "provenance": r.provenance,
+            "reason": r.reason,
+            "created_at": _iso(r.created_at),
+            "retired_at": _iso(r.retired_at),
+        }
+
+    # ---- calibrations --------------------------------------------------------------------
+    def record_calibration(self, *, workload: str, run_id: str | None, method: str,
+                           params: Mapping[str, Any], ece_before: float | None,
+                           ece_after: float | None) -> int:
+        with self.session() as s:
+            row = Calibration(workload=workload, run_id=run_id, method=method,
+                              params=dict(params), ece_before=ece_before, ece_after=ece_after)
+            s.add(row)
+            s.flush()
+            return row.id
