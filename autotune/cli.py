@@ -1,0 +1,263 @@
+"""The `autotune` command line: parse flags, build a config, call a library function.
+
+Expected failures (``AutotuneError``) print one clear message to stderr and exit non-zero; no
+traceback reaches the user for them. Heavy modules are imported inside commands so that
+``autotune --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from autotune import __version__
+from autotune.errors import AutotuneError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+FORMAT = click.Choice(["table", "json"])
+
+
+def _db_option(f: F) -> F:
+    return click.option("--db", "db", metavar="URL", envvar="AUTOTUNE_DB_URL",
+                        help="Database URL (env AUTOTUNE_DB_URL; default "
+                             "sqlite:///storage/autotune.db).")(f)
+
+
+def _format_option(f: F) -> F:
+    return click.option("--format", "fmt", type=FORMAT, default="table", show_default=True,
+                        help="table for people, json for programs (a JSON array on "
+                             "stdout).")(f)
+
+
+def _open_store(db: str | None) -> Any:
+    from autotune.store import Store
+
+    return Store.open(db)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="autotune")
+@click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
+def cli(verbose: int) -> None:
+    """Tune speculative decoding and batching for vLLM from samples of production traffic.
+
+    \b
+    Example:
+      autotune start --traffic examples/sample.jsonl --once
+      autotune recommendations
+      autotune export --workload code -o code.json
+    """
+    level = logging.WARNING - 10 * verbose
+    logging.basicConfig(level=max(level, logging.DEBUG),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+# ---------------------------------------------------------------------------------- start
+@cli.command()
+@click.option("--traffic", "traffic", required=True, type=click.Path(path_type=Path),
+              help="Traffic sample (JSON Lines, optionally .gz).")
+@click.option("--policy", "policy_path", type=click.Path(path_type=Path), default=None,
+              help="Tuning policy YAML (default: the embedded policies/default.yaml).")
+@click.option("--backend", type=click.Choice(["sim", "vllm"]), default="sim", show_default=True,
+              help="sim: embedded simulator; vllm: real vllm serve replicas.")
+@_db_option
+@click.option("--once", is_flag=True, help="One pass, then exit (CI, cron).")
+@click.option("--budget-trials", type=click.IntRange(min=1), default=None,
+              help="Trials per workload (overrides the policy's budget.trials).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of search and replay.")
+@click.option("--skip-invalid", is_flag=True, help="Skip invalid sample lines (and say how many).")
+@click.option("--export-dir", type=click.Path(path_type=Path), default=Path("storage/exports"),
+              show_default=True, help="Where the speculative-config exports are written.")
+@click.option("--endpoint", default=None, metavar="URL",
+              help="vllm backend: measure this already-running server (no restarts).")
+def start(traffic: Path, policy_path: Path | None, backend: str, db: str | None, once: bool,
+          budget_trials: int | None, seed: int, skip_invalid: bool, export_dir: Path,
+          endpoint: str | None) -> None:
+    """Tune every workload of a traffic sample, store and export the recommendations.
+
+    \b
+    Example:
+      autotune start --traffic examples/sample.jsonl --once
+      autotune start --traffic sample.jsonl --policy policies/latency.yaml --budget-trials 8
+    """
+    from autotune.orchestrate import TuneOptions, tune
+    from autotune.policy import load_policy
+    from autotune.ui import RichReporter, err, print_table, result_table
+
+    overrides = {"budget.trials": budget_trials} if budget_trials else {}
+    policy = load_policy(policy_path, overrides)
+    backend_options: dict[str, Any] = {}
+    if endpoint:
+        if backend != "vllm":
+            raise click.BadParameter("--endpoint needs --backend vllm", param_hint="--endpoint")
+        backend_options["endpoint"] = endpoint
+        err.print(f"attached to {endpoint}: no restarts, so tuning covers only what that "
+                  "server was started with")
+    options = TuneOptions(traffic=traffic, policy=policy, backend=backend,
+                          backend_options=backend_options, seed=seed,
+                          skip_invalid=skip_invalid, export_dir=export_dir)
+    store = _open_store(db)
+    with RichReporter() as reporter:
+        result = tune(options, store, reporter)
+    print_table(result_table(result.workloads, policy.objective.maximize))
+    err.print(f"run {result.run_id} {result.status}; `autotune trials --run {result.run_id}` "
+              "lists its trials")
+    if not once:
+        err.print("note: without --once autotune would keep re-tuning on the policy's "
+                  "schedule; the daemon loop is not available in this version, so it exits.")
+
+
+# -------------------------------------------------------------------------------- traffic
+@cli.group()
+def traffic() -> None:
+    """Look at and convert traffic samples."""
+
+
+@traffic.command("inspect")
+@click.argument("sample", type=click.Path(path_type=Path))
+@_format_option
+@click.option("--skip-invalid", is_flag=True, help="Skip invalid lines (and say how many).")
+def traffic_inspect(sample: Path, fmt: str, skip_invalid: bool) -> None:
+    """Per workload: requests, token quantiles, arrival rate, burstiness, acceptance.
+
+    \b
+    Example:
+      autotune traffic inspect examples/sample.jsonl --format json
+    """
+    from autotune.traffic import read_sample
+    from autotune.traffic.summary import summarize
+    from autotune.ui import err, inspect_table, print_json, print_table
+
+    reader = read_sample(sample, skip_invalid=skip_invalid)
+    rows = [s.as_dict() for s in summarize(reader)]
+    if reader.skipped:
+        err.print(f"skipped {reader.skipped} invalid lines of {sample}")
+        for e in reader.errors[:5]:
+            err.print(f"  {e}", style="yellow")
+    if fmt == "json":
+        print_json(rows)
+    else:
+        print_table(inspect_table(rows))
+
+
+# --------------------------------------------------------------------- runs, trials, recs
+@cli.command()
+@_db_option
+@_format_option
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="Newest N runs only.")
+def runs(db: str | None, fmt: str, limit: int | None) -> None:
+    """What ran: one row per run, newest first.
+
+    \b
+    Example:
+      autotune runs --format json
+    """
+    from autotune.ui import print_json, print_table, runs_table
+
+    rows = _open_store(db).runs(limit)
+    print_json(rows) if fmt == "json" else print_table(runs_table(rows))
+
+
+@cli.command()
+@click.option("--run", "run_id", default=None, help="Only this run's trials.")
+@click.option("--workload", default=None, help="Only this workload's trials.")
+@_db_option
+@_format_option
+def trials(run_id: str | None, workload: str | None, db: str | None, fmt: str) -> None:
+    """Each trial: its config, state, measurements and errors.
+
+    \b
+    Example:
+      autotune trials --run 20261129-151003-3fa2 --workload code
+    """
+    from autotune.ui import print_json, print_table, trials_table
+
+    store = _open_store(db)
+    if run_id:
+        store.run(run_id)  # clear error for an unknown run
+    rows = store.trials(run_id, workload)
+    print_json(rows) if fmt == "json" else print_table(trials_table(rows))
+
+
+@cli.command()
+@click.option("--workload", default=None, help="Only this workload.")
+@click.option("--history", is_flag=True, help="Every recommendation, not just the active ones.")
+@_db_option
+@_format_option
+def recommendations(workload: str | None, history: bool, db: str | None, fmt: str) -> None:
+    """Current recommendations per workload (with --history: the lineage).
+
+    \b
+    Example:
+      autotune recommendations --workload code --history
+    """
+    from autotune.ui import print_json, print_table, recommendations_table
+
+    rows = _open_store(db).recommendations(workload, history=history)
+    print_json(rows) if fmt == "json" else print_table(recommendations_table(rows))
+
+
+@cli.command()
+@click.option("--workload", required=True, help="Workload whose active recommendation to export.")
+@click.option("--format", "fmt", type=click.Choice(["speculative-config", "vllm-args",
+                                                     "schedule"]),
+              default="speculative-config", show_default=True,
+              help="speculative-config JSON, the full vllm serve flags, or a window schedule.")
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
+              help="Write to this file (atomically) instead of stdout.")
+@_db_option
+def export(workload: str, fmt: str, output: Path | None, db: str | None) -> None:
+    """Export the active recommendation exactly as `vllm serve` takes it.
+
+    \b
+    Example:
+      autotune export --workload code
+      vllm serve moonshotai/Kimi-K2.6 --speculative-config "$(autotune export --workload code)"
+    """
+    from autotune.export import render, write_atomic
+
+    store = _open_store(db)
+    rec = store.active_recommendation(workload)
+    if rec is None:
+        known = sorted({r["workload"] for r in store.recommendations(history=True)})
+        hint = f"workloads with recommendations: {', '.join(known)}" if known else \
+            "no recommendations yet; run: autotune start --traffic SAMPLE --once"
+        raise click.BadParameter(f"no active recommendation for {workload!r}; {hint}",
+                                 param_hint="--workload")
+    text = render(rec, fmt)
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        write_atomic(output, text)
+        click.echo(f"wrote {output}", err=True)
+
+
+def main() -> None:
+    """Entry point: run the CLI and turn expected failures into one line and an exit code."""
+    try:
+        rv = cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except AutotuneError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(0)
+    sys.exit(rv if isinstance(rv, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""Where trials run: a pool of replicas behind a narrow submit/wait interface.
+
+The tuning driver keeps up to ``capacity`` trials in flight: it ``submit``s tasks and ``wait``s
+for whichever finishes first. :class:`SerialPool` runs one trial at a time in this process (the
+default for the simulator); the Ray pool (``autotune.orchestrate.ray_pool``) runs one per replica
+actor. A pool turns a trial's expected failures (``TrialFailed``, ``BackendError``) into a
+failed :class:`TrialResult`; anything else is a bug and propagates.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from collections import deque
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Protocol
+
+from autotune.backends import Backend
+from autotune.errors import AutotuneError, BackendError
+from autotune.types import Measurement, Progress, ReplaySchedule, TrialConfig
+
+__all__ = ["Pool", "SerialPool", "TrialResult", "TrialTask", "run_trial"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TrialTask:
+    key: Hashable
+    config: TrialConfig
+    schedule: ReplaySchedule
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    key: Hashable
+    measurement: Measurement | None
+    error: str | None = None
+    replica: str | None = None
+    node: str | None = None
+    attempts: int = 1
+    seconds: float = 0.0
+
+
+class Pool(Protocol):
+    """Runs trials; ``capacity`` of them at once."""
+
+    @property
+    def capacity(self) -> int: ...
+
+    def submit(self, task: TrialTask) -> None: ...
+
+    def wait(self) -> TrialResult:
+        """Block until a submitted trial finishes and return it."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def run_trial(backend: Backend, config: TrialConfig, schedule: ReplaySchedule,
+              progress: Progress | None = None) -> Measurement:
+    """Start a replica, replay, and always stop it (also on Ctrl-C)."""
+    replica = backend.start(config)
+    try:
+        return replica.replay(schedule, progress)
+    finally:
+        replica.stop()
+
+
+class SerialPool:
+    """One trial at a time, in this process."""
+
+    def __init__(self, backend: Backend, progress: Progress | None = None) -> None:
+        self.backend = backend
+        self.progress = progress
+        self._queue: deque[TrialTask] = deque()
+
+    @property
+    def capacity(self) -> int:
+        return 1
+
+    def submit(self, task: TrialTask) -> None:
+        self._queue.append(task)
+
+    def wait(self) -> TrialResult:
+        if not self._queue:
+            raise BackendError("wait() called with no trial submitted")
+        task = self._queue.popleft()
+        t0 = time.monotonic()
+        node = socket.gethostname()
+        try:
+            m = run_trial(self.backend, task.config, task.schedule, self.progress)
+        except AutotuneError as e:
+            log.warning("trial %s failed: %s", task.key, e)
+            return TrialResult(task.key, None, error=str(e), replica="local-0", node=node,
+                               seconds=time.monotonic() - t0)
+        return TrialResult(task.key, m, replica="local-0", node=node,
+                           seconds=time.monotonic() - t0)
+
+    def close(self) -> None:
+        self._queue.clear()

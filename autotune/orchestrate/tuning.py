@@ -1,0 +1,351 @@
+"""One tuning pass: sample → workloads → search per workload on a pool → store → exports.
+
+The pass validates the whole sample before it writes anything, records the sample and the run,
+then keeps the pool busy with trials asked from each workload's searcher, persisting every
+trial in its own transaction as it finishes. A run interrupted (Ctrl-C, SIGTERM, a crash) is
+resumed by the next pass with the same sample, policy, backend and seed: finished trials are
+loaded back and not repeated.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from autotune.acceptance import curve_from_predictions
+from autotune.backends import Backend, create_backend
+from autotune.errors import AutotuneError
+from autotune.export import render, write_atomic
+from autotune.orchestrate.pool import Pool, SerialPool, TrialResult, TrialTask
+from autotune.policy import Policy
+from autotune.search import Outcome, PastTrial, Scored, Searcher, Suggestion, evaluate, select_best
+from autotune.store import Store
+from autotune.traffic.load import LoadedSample, load_sample, split_workloads, workload_requests
+from autotune.traffic.summary import summarize
+from autotune.types import Measurement, Request, TrialConfig
+
+__all__ = ["Reporter", "TuneOptions", "TuneResult", "WorkloadResult", "tune"]
+
+log = logging.getLogger(__name__)
+
+#: Per-request columns kept with each trial (for bootstrap confidence intervals later).
+_PER_REQUEST = ("ttft_s", "tpot_s", "e2e_s", "output_tokens", "ok")
+
+
+class Reporter:
+    """Hooks the pass calls as it goes; every hook defaults to doing nothing."""
+
+    def sample_loaded(self, sample: LoadedSample, workloads: Mapping[str, int]) -> None: ...
+
+    def run_started(self, run_id: str, resumed: bool, finished_trials: int) -> None: ...
+
+    def trial_started(self, workload: str, s: Suggestion, budget: int) -> None: ...
+
+    def trial_finished(self, workload: str, s: Suggestion, outcome: Outcome | None,
+                       error: str | None) -> None: ...
+
+    def replay_progress(self, done: int, total: int | None) -> None: ...
+
+    def workload_finished(self, result: WorkloadResult) -> None: ...
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    """Everything one pass needs besides the store."""
+
+    traffic: Path
+    policy: Policy
+    backend: str = "sim"
+    backend_options: Mapping[str, Any] = field(default_factory=dict)
+    seed: int = 0
+    skip_invalid: bool = False
+    export_dir: Path = Path("storage/exports")
+    workloads: Sequence[str] | None = None  # restrict (e.g. only drifted ones)
+    resume: bool = True
+
+
+@dataclass(frozen=True)
+class WorkloadResult:
+    workload: str
+    trials: int
+    failed: int
+    recommendation: dict[str, Any] | None
+    best: Outcome | None
+    baseline: Outcome | None
+    export_path: Path | None
+    promoted: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    run_id: str
+    status: str
+    resumed: bool
+    workloads: list[WorkloadResult]
+
+
+@dataclass
+class _Workload:
+    name: str
+    requests: list[Request]
+    searcher: Searcher
+    scored: list[Scored] = field(default_factory=list)
+    trial_ids: dict[int, int] = field(default_factory=dict)
+    failed: int = 0
+
+
+def _per_request(m: Measurement) -> dict[str, list[Any]]:
+    out: dict[str, list[Any]] = {}
+    for name in _PER_REQUEST:
+        arr = getattr(m, name)
+        out[name] = [round(float(x), 6) for x in arr] if arr.dtype.kind == "f" else \
+            [int(x) if arr.dtype.kind in "iu" else bool(x) for x in arr]
+    return out
+
+
+def _past_trials(store: Store, run_id: str, workload: str) -> list[tuple[PastTrial, int]]:
+    out = []
+    for t in store.trials(run_id, workload):
+        if t["state"] not in ("complete", "failed"):
+            continue
+        outcome = None
+        if t["state"] == "complete" and t["value"] is not None:
+            m = t["metrics"]
+            outcome = Outcome(value=float(t["value"]),
+                              constraints=dict(m.get("constraints", {})), summary=m)
+        config = TrialConfig.from_dict(t["params"])
+        out.append((PastTrial(t["number"], config, bool(t["baseline"]), outcome), t["id"]))
+    return out
+
+
+def tune(options: TuneOptions, store: Store, reporter: Reporter | None = None,
+         pool_factory: Callable[[Backend, Reporter], Pool] | None = None) -> TuneResult:
+    """Run one tuning pass; see the module docstring."""
+    rep = reporter or Reporter()
+    policy = options.policy
+    block = policy.serve.draft_block_size
+    sample = load_sample(options.traffic, skip_invalid=options.skip_invalid,
+                         max_acceptance=block)
+    groups = split_workloads(sample.requests, seed=options.seed)
+    if options.workloads is not None:
+        groups = {k: v for k, v in groups.items() if k in set(options.workloads)}
+    rep.sample_loaded(sample, {k: len(v) for k, v in groups.items()})
+
+    backend = create_backend(options.backend, policy.serve.spec(), _backend_options(options),
+                             options.seed)
+    summaries = {s.workload: s.as_dict() for s in summarize(sample.requests, total=False)}
+    sample_id = store.record_sample(path=str(sample.path), sha256=sample.sha256,
+                                    size_bytes=sample.size_bytes,
+                                    requests=len(sample.requests), skipped_lines=sample.skipped,
+                                    workloads=summaries)
+    run_id = store.resumable_run(backend=options.backend, policy_sha256=policy.sha256(),
+                                 sample_id=sample_id, seed=options.seed) \
+        if options.resume else None
+    resumed = run_id is not None
+    if run_id is None:
+        run_id = store.create_run(backend=options.backend, policy_name=policy.name,
+                                  policy_sha256=policy.sha256(),
+                                  policy=policy.model_dump(mode="json"), sample_id=sample_id,
+                                  seed=options.seed,
+                                  options={"backend_options": dict(options.backend_options)})
+    else:
+        store.set_run_status(run_id, "running")
+
+    workloads: list[_Workload] = []
+    finished_before = 0
+    for name, reqs in groups.items():
+        past = _past_trials(store, run_id, name)
+        finished_before += len(past)
+        searcher = Searcher(policy=policy, run_id=run_id, workload=name,
+                            storage_url=store.optuna_url, seed=options.seed,
+                            past=[p for p, _ in past])
+        w = _Workload(name, workload_requests(reqs, policy.replay.max_requests), searcher)
+        for p, trial_id in past:
+            w.scored.append(Scored(p.number, p.config, p.outcome, p.is_baseline))
+            w.trial_ids[p.number] = trial_id
+            w.failed += p.outcome is None
+        workloads.append(w)
+    rep.run_started(run_id, resumed, finished_before)
+
+    pool = (pool_factory or _serial_pool)(backend, rep)
+    try:
+        _drive(options, store, run_id, workloads, pool, rep)
+    except KeyboardInterrupt:
+        store.set_run_status(run_id, "interrupted", "interrupted by the user (SIGINT/SIGTERM)")
+        raise
+    except BaseException as e:
+        store.set_run_status(run_id, "failed", f"{type(e).__name__}: {e}")
+        raise
+    finally:
+        pool.close()
+
+    provenance_base = _provenance(options, sample, run_id, backend)
+    results = [_recommend(options, store, run_id, w, provenance_base) for w in workloads]
+    for r in results:
+        rep.workload_finished(r)
+    store.set_run_status(run_id, "finished")
+    return TuneResult(run_id=run_id, status="finished", resumed=resumed, workloads=results)
+
+
+def _backend_options(options: TuneOptions) -> dict[str, Any]:
+    merged: dict[str, Any] = {}
+    if options.backend == "sim":
+        merged.update(options.policy.sim.model_dump())
+    merged.update(options.backend_options)
+    return merged
+
+
+def _serial_pool(backend: Backend, rep: Reporter) -> Pool:
+    return SerialPool(backend, progress=rep.replay_progress)
+
+
+def _drive(options: TuneOptions, store: Store, run_id: str, workloads: list[_Workload],
+           pool: Pool, rep: Reporter) -> None:
+    """Keep the pool full until every searcher is done or the wall-clock budget is spent."""
+    policy = options.policy
+    deadline = time.monotonic() + policy.budget.wall_clock_s
+    in_flight: dict[Hashable, tuple[_Workload, Suggestion]] = {}
+    while True:
+        if time.monotonic() < deadline:
+            for w in workloads:
+                while len(in_flight) < pool.capacity:
+                    s = w.searcher.ask()
+                    if s is None:
+                        break
+                    key = (w.name, s.number)
+                    store.record_trial(run_id=run_id, workload=w.name, number=s.number,
+                                       state="running", params=s.config.as_dict(),
+                                       is_baseline=s.is_baseline)
+                    rep.trial_started(w.name, s, w.searcher.budget)
+                    schedule = policy.replay.schedule(w.requests, seed=options.seed + s.number,
+                                                      label=f"{run_id}:{w.name}:{s.number}")
+                    if any(r.arrival_s is None for r in w.requests):
+                        schedule = replace(schedule, mode="closed")  # no arrival times
+                    pool.submit(TrialTask(key, s.config, schedule))
+                    in_flight[key] = (w, s)
+        if not in_flight:
+            return
+        result = pool.wait()
+        w, s = in_flight.pop(result.key)
+        _finish_trial(options, store, run_id, w, s, result, rep)
+
+
+def _finish_trial(options: TuneOptions, store: Store, run_id: str, w: _Workload,
+                  s: Suggestion, result: TrialResult, rep: Reporter) -> None:
+    policy = options.policy
+    outcome = None
+    error = result.error
+    if result.measurement is not None:
+        outcome = evaluate(result.measurement, policy.objective.maximize,
+                           policy.objective.slo.slo())
+        if not result.measurement.ok.any():
+            error = "no request completed: " + "; ".join(result.measurement.errors[:3])
+            outcome = None
+    metrics = dict(outcome.summary) if outcome else {}
+    if outcome:
+        metrics["constraints"] = outcome.constraints
+    trial_id = store.record_trial(
+        run_id=run_id, workload=w.name, number=s.number,
+        state="complete" if outcome else "failed", params=s.config.as_dict(),
+        is_baseline=s.is_baseline, value=outcome.value if outcome else None,
+        feasible=outcome.feasible if outcome else None, metrics=metrics,
+        acceptance_rate=(result.measurement.acceptance.rate
+                         if outcome and result.measurement and result.measurement.acceptance
+                         else None),
+        per_request=_per_request(result.measurement) if outcome and result.measurement else None,
+        error=error, replica=result.replica, node=result.node, attempts=result.attempts)
+    w.searcher.tell(s, outcome)
+    w.scored.append(Scored(s.number, s.config, outcome, s.is_baseline))
+    w.trial_ids[s.number] = trial_id
+    w.failed += outcome is None
+    rep.trial_finished(w.name, s, outcome, error)
+
+
+def _provenance(options: TuneOptions, sample: LoadedSample, run_id: str,
+                backend: Backend) -> dict[str, Any]:
+    policy = options.policy
+    described = backend.describe()
+    return {
+        "backend": options.backend,
+        "backend_details": described,
+        "model": policy.serve.model,
+        "draft_model": policy.serve.draft_model,
+        "method": policy.serve.method,
+        "vllm_version": described.get("vllm_version"),
+        "hardware": described.get("hardware") or described.get("profile"),
+        "traffic": {"path": str(sample.path), "sha256": sample.sha256,
+                    "size_bytes": sample.size_bytes, "requests": len(sample.requests)},
+        "policy": {"name": policy.name, "sha256": policy.sha256()},
+        "run": run_id,
+        "seed": options.seed,
+    }
+
+
+def _recommend(options: TuneOptions, store: Store, run_id: str, w: _Workload,
+               provenance_base: Mapping[str, Any]) -> WorkloadResult:
+    policy = options.policy
+    best = select_best(w.scored)
+    baseline = next((t for t in w.scored if t.is_baseline), None)
+    if best is None or best.outcome is None:
+        return WorkloadResult(w.name, len(w.scored), w.failed, None, None,
+                              baseline.outcome if baseline else None, None, False,
+                              "every trial failed; see `autotune trials --run " + run_id + "`")
+    config: TrialConfig = best.config
+    curve = curve_from_predictions(w.requests, policy.serve.draft_block_size)
+    measured_pos = best.outcome.summary.get("per_position_acceptance")
+    provenance = dict(provenance_base)
+    provenance["acceptance"] = {
+        "predicted_per_position": (list(curve.survival[: config.num_speculative_tokens])
+                                   if curve else None),
+        "measured_per_position": measured_pos,
+        "predicted_tokens_per_step": (curve.expected_tokens(config.num_speculative_tokens)
+                                      if curve else None),
+        "measured_tokens_per_step": best.outcome.summary.get("mean_accepted_length"),
+    }
+    provenance["trials"] = len(w.scored)
+    provenance["feasible"] = best.outcome.feasible
+    active = store.active_recommendation(w.name)
+    promote, reason = _should_promote(best.outcome, active, policy.name)
+    rec = store.add_recommendation(
+        workload=w.name, config=config.as_dict(),
+        speculative_config=policy.serve.spec().speculative_config(config),
+        serve=policy.serve.model_dump(mode="json"), objective=policy.objective.maximize,
+        value=best.outcome.value,
+        baseline_value=baseline.outcome.value if baseline and baseline.outcome else None,
+        run_id=run_id, trial_id=w.trial_ids.get(best.number), backend=options.backend,
+        provenance=provenance, promote=promote, reason=reason)
+    export_path = None
+    if promote:
+        export_path = _export(options.export_dir, rec)
+    return WorkloadResult(w.name, len(w.scored), w.failed, rec, best.outcome,
+                          baseline.outcome if baseline else None, export_path, promote, reason)
+
+
+def _should_promote(outcome: Outcome, active: Mapping[str, Any] | None,
+                    policy_name: str) -> tuple[bool, str]:
+    if not outcome.feasible:
+        return False, "no trial met the SLOs; kept as a candidate (least violation shown)"
+    if active is None:
+        return True, "first recommendation for this workload"
+    if outcome.value > float(active["value"]):
+        return True, (f"beats the active recommendation ({outcome.value:.4g} > "
+                      f"{float(active['value']):.4g})")
+    return False, (f"does not beat the active recommendation ({outcome.value:.4g} <= "
+                   f"{float(active['value']):.4g})")
+
+
+def _export(export_dir: Path, rec: Mapping[str, Any]) -> Path | None:
+    fmt = "speculative-config" if rec.get("speculative_config") else "vllm-args"
+    suffix = "json" if fmt == "speculative-config" else "sh"
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in rec["workload"])
+    try:
+        return write_atomic(export_dir / f"{safe}.{fmt}.{suffix}", render(rec, fmt))
+    except AutotuneError as e:
+        log.warning("export of %s failed: %s", rec["workload"], e)
+        return None
+
