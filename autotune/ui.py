@@ -155,8 +155,9 @@ def trials_table(rows: Sequence[Mapping[str, Any]]) -> Table:
         t.add_column(col)
     for r in rows:
         p, m = r["params"], r["metrics"] or {}
-        cfg = (f"n={p['num_speculative_tokens']}{' av' if p['enable_adaptive_verification'] else ''}"
-               f" seqs={p['max_num_seqs']} tok={p['max_num_batched_tokens']}")
+        av = " av" if p["enable_adaptive_verification"] else ""
+        cfg = (f"n={p['num_speculative_tokens']}{av} seqs={p['max_num_seqs']} "
+               f"tok={p['max_num_batched_tokens']}")
         if r.get("baseline"):
             cfg += " (baseline)"
         t.add_row(r["run"], r["workload"], str(r["number"]), r["state"], cfg, _num(r["value"]),

@@ -41,7 +41,7 @@ def test_missing_and_wrong_values_are_named(tmp_path: Path) -> None:
         load_policy(write(tmp_path, "name: x\nserve: {model: m}\nbudget: {trials: 0}\n"))
     with pytest.raises(ConfigError, match=r"budget\.wall_clock"):
         load_policy(write(tmp_path, "name: x\nserve: {model: m}\nbudget: {wall_clock: soon}\n"))
-    with pytest.raises(ConfigError, match="exceed serve.draft_block_size"):
+    with pytest.raises(ConfigError, match=r"exceed serve\.draft_block_size"):
         load_policy(write(tmp_path, "name: x\nserve: {model: m, draft_block_size: 4}\n"
                                     "space: {num_speculative_tokens: [2, 6]}\n"))
     with pytest.raises(ConfigError, match=r"p\.yaml:\d+: invalid YAML"):

@@ -244,8 +244,8 @@ class Searcher:
         """Record an already measured config (the baseline) as a finished study trial."""
         import optuna
 
-        dists = {k: optuna.distributions.CategoricalDistribution(self._choices[k])
-                 for k in KNOBS}
+        dists: dict[str, optuna.distributions.BaseDistribution] = {
+            k: optuna.distributions.CategoricalDistribution(self._choices[k]) for k in KNOBS}
         params = {k: getattr(config, k) for k in KNOBS}
         if outcome is None or not math.isfinite(outcome.value):
             self._study.add_trial(optuna.trial.create_trial(

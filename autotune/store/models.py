@@ -11,7 +11,7 @@ JSON columns hold the value types of ``autotune.types`` in their ``as_dict`` for
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from sqlalchemy import (
     JSON,
@@ -43,7 +43,7 @@ def utcnow() -> datetime:
 
 
 class Base(DeclarativeBase):
-    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+    type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: JSON, list[Any]: JSON}
 
 
 class TrafficSampleRow(Base):
@@ -73,7 +73,8 @@ class RunRow(Base):
     __tablename__ = "runs"
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    status: Mapped[str] = mapped_column(String(16), index=True)  # running/finished/failed/interrupted
+    #: running / finished / failed / interrupted
+    status: Mapped[str] = mapped_column(String(16), index=True)
     backend: Mapped[str] = mapped_column(String(32))
     policy_name: Mapped[str] = mapped_column(String(200))
     policy_sha256: Mapped[str] = mapped_column(String(64), index=True)

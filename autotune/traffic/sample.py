@@ -275,7 +275,7 @@ class Sample:
         return checker.request(obj, lineno)
 
     @contextmanager
-    def _open(self) -> Iterator[IO[bytes]]:
+    def _open(self) -> Iterator[IO[bytes] | gzip.GzipFile]:
         try:
             f = open(self.path, "rb")  # noqa: SIM115 - closed below
         except FileNotFoundError:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 from pathlib import Path
 
@@ -163,4 +164,4 @@ def test_load_and_split(small_sample: Path) -> None:
     reqs = workload_requests(next(iter(groups.values())), max_requests=10)
     assert len(reqs) == 10 and reqs[0].arrival_s == 0.0
     assert all(a.arrival_s is not None and b.arrival_s is not None and a.arrival_s <= b.arrival_s
-               for a, b in zip(reqs, reqs[1:], strict=False))
+               for a, b in itertools.pairwise(reqs))
