@@ -5,6 +5,9 @@ traffic_samples ─< runs ─< trials
 runs ─< recommendations (one per workload and run; lifecycle candidate → active → retired)
 calibrations (acceptance-head calibration fits, per workload)
 
+Tables carry an ``autotune_`` prefix: Optuna's RDB storage keeps its studies in the same
+database and owns unprefixed names such as ``trials`` and ``alembic_version``.
+
 JSON columns hold the value types of ``autotune.types`` in their ``as_dict`` form.
 """
 
@@ -47,7 +50,7 @@ class Base(DeclarativeBase):
 
 
 class TrafficSampleRow(Base):
-    __tablename__ = "traffic_samples"
+    __tablename__ = "autotune_traffic_samples"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     sha256: Mapped[str] = mapped_column(String(64), unique=True, index=True)
@@ -59,18 +62,18 @@ class TrafficSampleRow(Base):
 
 
 class WorkloadRow(Base):
-    __tablename__ = "workloads"
+    __tablename__ = "autotune_workloads"
     __table_args__ = (UniqueConstraint("sample_id", "name"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    sample_id: Mapped[int] = mapped_column(ForeignKey("traffic_samples.id"), index=True)
+    sample_id: Mapped[int] = mapped_column(ForeignKey("autotune_traffic_samples.id"), index=True)
     name: Mapped[str] = mapped_column(String(200))
     requests: Mapped[int] = mapped_column(Integer)
     summary: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
 
 
 class RunRow(Base):
-    __tablename__ = "runs"
+    __tablename__ = "autotune_runs"
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     #: running / finished / failed / interrupted
@@ -79,7 +82,7 @@ class RunRow(Base):
     policy_name: Mapped[str] = mapped_column(String(200))
     policy_sha256: Mapped[str] = mapped_column(String(64), index=True)
     policy: Mapped[dict[str, Any]] = mapped_column(JSON)
-    sample_id: Mapped[int] = mapped_column(ForeignKey("traffic_samples.id"), index=True)
+    sample_id: Mapped[int] = mapped_column(ForeignKey("autotune_traffic_samples.id"), index=True)
     seed: Mapped[int] = mapped_column(Integer, default=0)
     options: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
@@ -88,11 +91,11 @@ class RunRow(Base):
 
 
 class TrialRow(Base):
-    __tablename__ = "trials"
+    __tablename__ = "autotune_trials"
     __table_args__ = (UniqueConstraint("run_id", "workload", "number"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), index=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("autotune_runs.id"), index=True)
     workload: Mapped[str] = mapped_column(String(200), index=True)
     number: Mapped[int] = mapped_column(Integer)
     state: Mapped[str] = mapped_column(String(16))  # complete/failed/pruned/running
@@ -112,7 +115,7 @@ class TrialRow(Base):
 
 
 class RecommendationRow(Base):
-    __tablename__ = "recommendations"
+    __tablename__ = "autotune_recommendations"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     workload: Mapped[str] = mapped_column(String(200), index=True)
@@ -126,8 +129,8 @@ class RecommendationRow(Base):
     value_ci_high: Mapped[float | None] = mapped_column(Float, nullable=True)
     baseline_value: Mapped[float | None] = mapped_column(Float, nullable=True)
     speedup_vs_baseline: Mapped[float | None] = mapped_column(Float, nullable=True)
-    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), index=True)
-    trial_id: Mapped[int | None] = mapped_column(ForeignKey("trials.id"), nullable=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("autotune_runs.id"), index=True)
+    trial_id: Mapped[int | None] = mapped_column(ForeignKey("autotune_trials.id"), nullable=True)
     backend: Mapped[str] = mapped_column(String(32))
     provenance: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     reason: Mapped[str | None] = mapped_column(Text, nullable=True)
@@ -136,11 +139,11 @@ class RecommendationRow(Base):
 
 
 class Calibration(Base):
-    __tablename__ = "calibrations"
+    __tablename__ = "autotune_calibrations"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     workload: Mapped[str] = mapped_column(String(200), index=True)
-    run_id: Mapped[str | None] = mapped_column(ForeignKey("runs.id"), nullable=True)
+    run_id: Mapped[str | None] = mapped_column(ForeignKey("autotune_runs.id"), nullable=True)
     method: Mapped[str] = mapped_column(String(32))  # temperature | isotonic | identity
     params: Mapped[dict[str, Any]] = mapped_column(JSON)
     ece_before: Mapped[float | None] = mapped_column(Float, nullable=True)

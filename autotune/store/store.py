@@ -66,7 +66,7 @@ class Store:
         try:
             with engine.connect() as conn:
                 tables = set(inspect(conn).get_table_names())
-            if create and not {"runs", "trials", "recommendations"} <= tables:
+            if create and not {"autotune_runs", "autotune_trials", "autotune_recommendations"} <= tables:
                 Base.metadata.create_all(engine)
         except DBAPIError as e:
             raise StoreError(describe_db_error(resolved, e)) from e
