@@ -66,7 +66,8 @@ class WorkloadRow(Base):
     __table_args__ = (UniqueConstraint("sample_id", "name"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    sample_id: Mapped[int] = mapped_column(ForeignKey("autotune_traffic_samples.id"), index=True)
+    sample_id: Mapped[int] = mapped_column(ForeignKey("autotune_traffic_samples.id"),
+                                           index=True)
     name: Mapped[str] = mapped_column(String(200))
     requests: Mapped[int] = mapped_column(Integer)
     summary: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
@@ -82,7 +83,8 @@ class RunRow(Base):
     policy_name: Mapped[str] = mapped_column(String(200))
     policy_sha256: Mapped[str] = mapped_column(String(64), index=True)
     policy: Mapped[dict[str, Any]] = mapped_column(JSON)
-    sample_id: Mapped[int] = mapped_column(ForeignKey("autotune_traffic_samples.id"), index=True)
+    sample_id: Mapped[int] = mapped_column(ForeignKey("autotune_traffic_samples.id"),
+                                           index=True)
     seed: Mapped[int] = mapped_column(Integer, default=0)
     options: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
