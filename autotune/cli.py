@@ -146,6 +146,70 @@ def traffic_inspect(sample: Path, fmt: str, skip_invalid: bool) -> None:
         print_table(inspect_table(rows))
 
 
+_PROMPTS_HELP = ("JSONL prompt set (repeatable) whose real texts are attached by nearest length "
+                 "to requests without text, e.g. ../shared/data/prompts/gsm8k_test.jsonl; "
+                 "prompt_tokens stay the trace's.")
+
+
+@traffic.command("import")
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option("--format", "fmt", required=True, metavar="FORMAT",
+              help="Input format: azure, mooncake, openai-log or vllm-bench.")
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
+              help="Sample to write (JSONL; .gz compresses). Written whole or not at all.")
+@click.option("--workload", default=None, metavar="LABEL",
+              help="Label every request with this workload (else grouped automatically).")
+@click.option("--prompts", "prompts", multiple=True, type=click.Path(path_type=Path),
+              help=_PROMPTS_HELP)
+@click.option("--prompt-fit/--no-prompt-fit", default=True, show_default=True,
+              help="Cut or extend attached texts to the trace's length (else whole texts).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the prompt picks.")
+@click.option("--skip-invalid", is_flag=True, help="Skip invalid rows (and say how many).")
+def traffic_import(file: Path, fmt: str, output: Path, workload: str | None,
+                   prompts: tuple[Path, ...], prompt_fit: bool, seed: int,
+                   skip_invalid: bool) -> None:
+    """Convert a trace or request log into a traffic sample.
+
+    \b
+    Example:
+      autotune traffic import --format azure \\
+          ../shared/data/azure_llm_2023/AzureLLMInferenceTrace_code.csv -o code.jsonl \\
+          --workload code --prompts ../shared/data/prompts/humaneval.jsonl
+    """
+    from autotune.traffic.importers import import_traffic
+    from autotune.traffic.importers.report import print_report
+
+    print_report(import_traffic(fmt, file, output, workload=workload, prompts=prompts,
+                                skip_invalid=skip_invalid, seed=seed, fit_prompts=prompt_fit))
+
+
+@traffic.command("export")
+@click.argument("sample", type=click.Path(path_type=Path))
+@click.option("--format", "fmt", required=True, metavar="FORMAT",
+              help="Output format: vllm-bench (what vllm bench serve --dataset-name custom "
+                   "reads).")
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
+              help="File to write (written whole or not at all).")
+@click.option("--prompts", "prompts", multiple=True, type=click.Path(path_type=Path),
+              help=_PROMPTS_HELP)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the prompt picks.")
+@click.option("--skip-invalid", is_flag=True, help="Skip invalid sample lines.")
+def traffic_export(sample: Path, fmt: str, output: Path, prompts: tuple[Path, ...], seed: int,
+                   skip_invalid: bool) -> None:
+    """Write a traffic sample in another tool's format.
+
+    \b
+    Example:
+      autotune traffic export --format vllm-bench examples/sample.jsonl -o bench.jsonl
+      vllm bench serve --dataset-name custom --dataset-path bench.jsonl ...
+    """
+    from autotune.traffic.importers import export_traffic
+    from autotune.traffic.importers.report import print_report
+
+    print_report(export_traffic(fmt, sample, output, prompts=prompts, skip_invalid=skip_invalid,
+                                seed=seed))
+
+
 # --------------------------------------------------------------------- runs, trials, recs
 @cli.command()
 @_db_option

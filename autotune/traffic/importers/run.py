@@ -37,6 +37,7 @@ class ImportReport:
     format: str
     source: str
     out: str
+    action: str = "imported"
     requests: int = 0
     skipped: int = 0
     errors: list[str] = field(default_factory=list)
@@ -47,7 +48,8 @@ class ImportReport:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "format": self.format, "source": self.source, "out": self.out,
+            "action": self.action, "format": self.format, "source": self.source,
+            "out": self.out,
             "requests": self.requests, "skipped": self.skipped, "errors": list(self.errors),
             "span_s": self.span_s, "prompts_attached": self.prompts_attached,
             "out_of_order": self.out_of_order, "workloads": dict(self.workloads),
@@ -205,7 +207,8 @@ def export_vllm_bench(sample: str | Path, out: str | Path, *,
     Requests without prompt text get one from ``prompts`` (nearest length); without
     ``prompts`` such a request is an error naming its line.
     """
-    report = ImportReport(format="vllm-bench", source=str(sample), out=str(out))
+    report = ImportReport(format="vllm-bench", source=str(sample), out=str(out),
+                          action="exported")
     pool = load_prompt_pool(prompts) if prompts else None
     rng = np.random.default_rng(seed)
     reader = read_sample(sample, skip_invalid=skip_invalid)
