@@ -88,7 +88,7 @@ def start(traffic: Path, policy_path: Path | None, backend: str, db: str | None,
     """
     from autotune.orchestrate import TuneOptions, tune
     from autotune.policy import load_policy
-    from autotune.ui import RichReporter, err, print_table, result_table
+    from autotune.ui import RichReporter, err, print_table, result_notes, result_table
 
     overrides = {"budget.trials": budget_trials} if budget_trials else {}
     policy = load_policy(policy_path, overrides)
@@ -106,6 +106,8 @@ def start(traffic: Path, policy_path: Path | None, backend: str, db: str | None,
     with RichReporter() as reporter:
         result = tune(options, store, reporter)
     print_table(result_table(result.workloads, policy.objective.maximize))
+    for note in result_notes(result.workloads):
+        err.print(f"note: {note}")
     err.print(f"run {result.run_id} {result.status}; `autotune trials --run {result.run_id}` "
               "lists its trials")
     if not once:

@@ -23,8 +23,9 @@ from autotune.traffic.load import LoadedSample
 __all__ = ["RichReporter", "print_json", "print_table", "recommendations_table",
            "result_table", "runs_table", "trials_table"]
 
-out = Console(soft_wrap=True)
-err = Console(stderr=True)
+# Piped output (CI logs, files) gets wide tables instead of rich's 80-column default.
+out = Console(width=None if sys.stdout.isatty() else 200)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 
 
 def print_json(rows: Any) -> None:
@@ -113,6 +114,11 @@ class RichReporter(Reporter):
             self.progress.remove_task(task)
 
 
+def result_notes(results: Sequence[WorkloadResult]) -> list[str]:
+    """One line per workload whose result was not promoted, saying why."""
+    return [f"{r.workload}: {r.reason}" for r in results if not r.promoted]
+
+
 def result_table(results: Sequence[WorkloadResult], objective: str) -> Table:
     t = Table(title="recommendations", title_justify="left")
     for col in ("workload", "window", "adaptive", "max_num_seqs", "max_batched_tokens",
@@ -127,7 +133,7 @@ def result_table(results: Sequence[WorkloadResult], objective: str) -> Table:
             continue
         c = rec["config"]
         speedup = rec.get("speedup_vs_baseline")
-        status = rec["status"] + ("" if r.promoted else f" ({r.reason})")
+        status = rec["status"]
         t.add_row(r.workload, str(c["num_speculative_tokens"]),
                   "on" if c["enable_adaptive_verification"] else "off", str(c["max_num_seqs"]),
                   str(c["max_num_batched_tokens"]), _num(rec["value"]),

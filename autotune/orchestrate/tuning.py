@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+import zlib
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -162,7 +163,8 @@ def tune(options: TuneOptions, store: Store, reporter: Reporter | None = None,
         past = _past_trials(store, run_id, name)
         finished_before += len(past)
         searcher = Searcher(policy=policy, run_id=run_id, workload=name,
-                            storage_url=store.optuna_url, seed=options.seed,
+                            storage_url=store.optuna_url,
+                            seed=options.seed + zlib.crc32(name.encode()) % 10_000,
                             past=[p for p, _ in past])
         w = _Workload(name, workload_requests(reqs, policy.replay.max_requests), searcher)
         for p, trial_id in past:
