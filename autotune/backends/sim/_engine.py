@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,7 +37,7 @@ from autotune.backends.sim._truth import HeadMap
 from autotune.errors import BackendError
 from autotune.types import AcceptanceCounts, Measurement, Progress, ReplaySchedule, Request
 
-__all__ = ["EngineConfig", "replay"]
+__all__ = ["EmitObserver", "EngineConfig", "replay"]
 
 ITL_CAP = 200_000
 _RAND_BLOCK = 1 << 15
@@ -226,16 +226,21 @@ def _total(requests: Iterable[Request]) -> int | None:
         return None
 
 
-def replay(cfg: EngineConfig, schedule: ReplaySchedule,
-           progress: Progress | None = None) -> Measurement:
+#: Test hook: called after every step with (request sequence numbers, tokens emitted, time).
+EmitObserver = Callable[[IntArray, IntArray, float], None]
+
+
+def replay(cfg: EngineConfig, schedule: ReplaySchedule, progress: Progress | None = None,
+           on_emit: EmitObserver | None = None) -> Measurement:
     """Replay ``schedule`` on a replica configured by ``cfg``; deterministic given the seeds."""
-    return _Replay(cfg, schedule, progress).run()
+    return _Replay(cfg, schedule, progress, on_emit).run()
 
 
 class _Replay:
     def __init__(self, cfg: EngineConfig, schedule: ReplaySchedule,
-                 progress: Progress | None) -> None:
+                 progress: Progress | None, on_emit: EmitObserver | None = None) -> None:
         self.cfg = cfg
+        self.on_emit = on_emit
         self.schedule = schedule
         self.progress = progress
         seeds = [abs(int(cfg.seed)) & 0xFFFFFFFF, abs(int(schedule.seed)) & 0xFFFFFFFF]
@@ -455,6 +460,8 @@ class _Replay:
         owe = R.out[dec] - R.gen[dec]
         emit = np.minimum(accepted + 1, owe)
         R.gen[dec] += emit
+        if self.on_emit is not None:
+            self.on_emit(R.seq[dec], emit, end)
         R.kv[dec] += accepted + 1
         meas = R.measured[dec]
         if meas.all():
@@ -472,6 +479,8 @@ class _Replay:
         if fin.size == 0:
             return
         R.gen[fin] += 1
+        if self.on_emit is not None:
+            self.on_emit(R.seq[fin], np.ones(fin.size, dtype=np.int64), end)
         again = fin[~np.isnan(R.first_t[fin])]  # recomputed after preemption: an ITL gap
         if again.size:
             meas = again[R.measured[again]]

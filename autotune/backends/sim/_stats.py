@@ -51,7 +51,7 @@ class ThinnedPool:
         self._keep = 1.0
         self._rng = rng
 
-    def extend(self, values: npt.NDArray[np.float64]) -> None:
+    def extend(self, values: npt.NDArray[np.floating]) -> None:
         if self._keep < 1.0:
             values = values[self._rng.random(values.size) < self._keep]
         while self._n + values.size > self._buf.size:

@@ -33,7 +33,7 @@ from autotune.backends.sim._profile import AcceptancePrior, DrafterProfile, Head
 __all__ = ["HeadMap", "TruthBatch", "hashed_normals", "logit", "request_keys", "sigmoid"]
 
 FloatArray = npt.NDArray[np.float64]
-_EPS = 1e-4
+_EPS = 1e-6
 #: Position-to-position jitter (logits) of a request's profile around its prior's line.
 _POSITION_SD = 0.15
 

@@ -1,0 +1,205 @@
+"""The backend conformance suite: what every replica backend must do (DESIGN §5).
+
+Use it by subclassing :class:`BackendConformance` in a test module next to this file and
+providing a ``backend`` fixture (anything implementing ``autotune.backends.Backend``)::
+
+    class TestMyBackendConformance(BackendConformance):
+        window = 3
+
+        @pytest.fixture
+        def backend(self) -> Backend:
+            return create_backend("mine", serve, {...}, seed=0)
+
+A backend slow to start (a real server) can shrink the schedule through the class attributes
+(``n_requests``, ``warmup``, ``output_lengths``, ``concurrency``). Every check is a separate
+test, so a failure names the contract it breaks. The checks use only the public protocol
+(start → replay → stop, describe) and the Measurement contract of ``autotune.types``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import ClassVar
+
+import numpy as np
+import pytest
+
+from autotune.backends import Backend, Replica
+from autotune.types import Measurement, ReplaySchedule, Request, TrialConfig
+
+__all__ = ["BackendConformance", "make_requests"]
+
+
+def make_requests(count: int, output_lengths: tuple[int, ...], prompt_tokens: int = 24,
+                  spacing_s: float | None = None, workload: str = "chat",
+                  acceptance_len: int = 8) -> list[Request]:
+    """``count`` small requests whose output lengths cycle through ``output_lengths``.
+
+    Two in three carry confidence predictions of ``acceptance_len`` positions.
+    """
+    pred = tuple(round(0.9 - 0.07 * k, 2) for k in range(acceptance_len))
+    out = []
+    for i in range(count):
+        out.append(Request(
+            id=f"conf-{i}",
+            prompt_tokens=prompt_tokens + (i % 5),
+            output_tokens=output_lengths[i % len(output_lengths)],
+            arrival_s=None if spacing_s is None else i * spacing_s,
+            workload=workload,
+            prompt="Write a short story about a lighthouse keeper." if i % 2 else None,
+            acceptance=pred if i % 3 and pred else None,
+        ))
+    return out
+
+
+class BackendConformance:
+    """Checks every backend must pass; subclasses provide the ``backend`` fixture."""
+
+    #: Draft window of the speculative configs (must be within the backend's block size).
+    window: ClassVar[int] = 3
+    n_requests: ClassVar[int] = 12
+    warmup: ClassVar[int] = 2
+    #: Warm-up requests get the first lengths; measured ones the rest (so exclusion shows).
+    output_lengths: ClassVar[tuple[int, ...]] = (5, 9, 16, 23, 31)
+    concurrency: ClassVar[int] = 4
+    max_num_seqs: ClassVar[int] = 8
+    max_num_batched_tokens: ClassVar[int] = 2048
+
+    @pytest.fixture
+    def backend(self) -> Backend:  # pragma: no cover - subclasses override
+        raise NotImplementedError("subclass BackendConformance and provide a backend fixture")
+
+    # -- helpers -----------------------------------------------------------------------------
+    def config(self, window: int | None = None) -> TrialConfig:
+        n = self.window if window is None else window
+        return TrialConfig(n, False, self.max_num_seqs, self.max_num_batched_tokens)
+
+    def requests(self) -> list[Request]:
+        return make_requests(self.n_requests, self.output_lengths)
+
+    def schedule(self, mode: str = "closed", seed: int = 0) -> ReplaySchedule:
+        reqs = self.requests()
+        if mode == "trace":
+            reqs = make_requests(self.n_requests, self.output_lengths, spacing_s=0.05)
+        return ReplaySchedule(requests=reqs, mode=mode,  # type: ignore[arg-type]
+                              concurrency=self.concurrency, warmup_requests=self.warmup,
+                              seed=seed)
+
+    @pytest.fixture
+    def started(self, backend: Backend) -> Iterator[Replica]:
+        replica = backend.start(self.config())
+        try:
+            yield replica
+        finally:
+            replica.stop()
+
+    def measured_outputs(self) -> list[int]:
+        return sorted(r.output_tokens for r in self.requests()[self.warmup:])
+
+    # -- the protocol ------------------------------------------------------------------------
+    def test_backend_satisfies_protocol(self, backend: Backend) -> None:
+        assert isinstance(backend, Backend)
+        assert isinstance(backend.kind, str) and backend.kind
+
+    def test_describe_names_backend(self, backend: Backend) -> None:
+        info = backend.describe()
+        assert isinstance(info, dict)
+        assert info.get("backend") == backend.kind
+
+    def test_start_returns_replica_with_config(self, backend: Backend) -> None:
+        config = self.config()
+        replica = backend.start(config)
+        try:
+            assert isinstance(replica, Replica)
+            assert replica.config == config
+        finally:
+            replica.stop()
+
+    def test_stop_is_idempotent(self, backend: Backend) -> None:
+        replica = backend.start(self.config())
+        replica.stop()
+        replica.stop()
+
+    # -- the measurement ---------------------------------------------------------------------
+    def test_measurement_shape(self, started: Replica) -> None:
+        m = started.replay(self.schedule())
+        assert isinstance(m, Measurement)
+        k = self.n_requests - self.warmup
+        for name in ("ttft_s", "tpot_s", "e2e_s", "output_tokens", "ok"):
+            arr = getattr(m, name)
+            assert isinstance(arr, np.ndarray), name
+            assert arr.shape == (k,), f"{name} has shape {arr.shape}, want ({k},)"
+        assert m.requests == k
+        assert m.ok.all(), m.errors
+        assert m.duration_s > 0
+        assert m.wall_time_s >= 0
+
+    def test_warmup_is_excluded(self, started: Replica) -> None:
+        m = started.replay(self.schedule())
+        assert sorted(m.output_tokens.tolist()) == self.measured_outputs()
+
+    def test_latencies_are_consistent(self, started: Replica) -> None:
+        m = started.replay(self.schedule())
+        assert np.all(np.isfinite(m.ttft_s)) and np.all(m.ttft_s > 0)
+        assert np.all(m.e2e_s >= m.ttft_s)
+        assert np.all(m.tpot_s >= 0)
+        multi = m.output_tokens > 1
+        expected = (m.e2e_s[multi] - m.ttft_s[multi]) / (m.output_tokens[multi] - 1)
+        np.testing.assert_allclose(m.tpot_s[multi], expected, rtol=1e-6, atol=1e-9)
+        assert m.itl_s.ndim == 1 and m.itl_s.size > 0
+        assert np.all(np.isfinite(m.itl_s)) and np.all(m.itl_s >= 0)
+        assert m.duration_s >= float(m.e2e_s.max()) - 1e-9
+
+    def test_trace_mode_honours_arrivals(self, started: Replica) -> None:
+        sched = self.schedule("trace")
+        m = started.replay(sched)
+        assert m.requests == self.n_requests - self.warmup
+        span = 0.05 * (self.n_requests - 1 - self.warmup)
+        assert m.duration_s >= span
+
+    def test_acceptance_counters(self, started: Replica) -> None:
+        m = started.replay(self.schedule())
+        acc = m.acceptance
+        assert acc is not None
+        n = self.window
+        assert len(acc.accepted_per_pos) == n
+        per_pos = list(acc.accepted_per_pos)
+        assert all(a >= b for a, b in itertools.pairwise(per_pos)), per_pos
+        assert acc.drafts > 0
+        assert 0 <= acc.accepted == sum(per_pos)
+        assert acc.accepted <= acc.draft_tokens <= acc.drafts * n
+        assert per_pos[0] <= acc.drafts
+        assert all(0.0 <= r <= 1.0 for r in acc.per_position)
+
+    def test_no_speculation_has_no_acceptance(self, backend: Backend) -> None:
+        replica = backend.start(self.config(window=0))
+        try:
+            m = replica.replay(self.schedule())
+        finally:
+            replica.stop()
+        assert m.requests == self.n_requests - self.warmup
+        acc = m.acceptance
+        if acc is not None:
+            assert acc.drafts == acc.draft_tokens == acc.accepted == 0
+            assert all(a == 0 for a in acc.accepted_per_pos)
+
+    def test_progress_is_reported(self, started: Replica) -> None:
+        calls: list[tuple[int, int | None]] = []
+        started.replay(self.schedule(), lambda done, total: calls.append((done, total)))
+        assert calls, "progress was never called"
+        done, total = calls[-1]
+        assert total in (None, self.n_requests)
+        assert done == self.n_requests
+        assert all(a[0] <= b[0] for a, b in itertools.pairwise(calls))
+
+    def test_summary_is_json_ready(self, started: Replica) -> None:
+        import json
+
+        from autotune.types import Slo
+
+        m = started.replay(self.schedule())
+        s = m.summary(Slo(ttft_p99_ms=10_000, itl_p99_ms=10_000))
+        json.dumps(s)
+        assert s["requests"] == self.n_requests - self.warmup
+        assert s["output_tokens_per_s"] > 0
