@@ -35,13 +35,34 @@ def _format_option(f: F) -> F:
                              "stdout).")(f)
 
 
+class UserError(click.ClickException):
+    """An expected failure shown as one line (``error: ...``) with its own exit code."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code  # type: ignore[misc]  # click declares it on the class
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"error: {self.format_message()}", err=True)
+
+
+class _Group(click.Group):
+    """Turns AutotuneError raised by any command into a UserError (no traceback)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except AutotuneError as e:
+            raise UserError(str(e), e.exit_code) from e
+
+
 def _open_store(db: str | None) -> Any:
     from autotune.store import Store
 
     return Store.open(db)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="autotune")
 @click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
 def cli(verbose: int) -> None:
@@ -116,7 +137,7 @@ def start(traffic: Path, policy_path: Path | None, backend: str, db: str | None,
 
 
 # -------------------------------------------------------------------------------- traffic
-@cli.group()
+@cli.group(cls=_Group)
 def traffic() -> None:
     """Look at and convert traffic samples."""
 
@@ -305,24 +326,11 @@ def export(workload: str, fmt: str, output: Path | None, db: str | None) -> None
 
 
 def main() -> None:
-    """Entry point: run the CLI and turn expected failures into one line and an exit code."""
+    """Entry point (console script ``autotune``)."""
     try:
-        rv = cli.main(standalone_mode=False)
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
-        sys.exit(130)
-    except click.ClickException as e:
-        e.show()
-        sys.exit(e.exit_code)
-    except AutotuneError as e:
-        click.echo(f"error: {e}", err=True)
-        sys.exit(e.exit_code)
-    except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
-        sys.exit(130)
-    except BrokenPipeError:
+        cli()
+    except BrokenPipeError:  # e.g. `autotune trials | head`
         sys.exit(0)
-    sys.exit(rv if isinstance(rv, int) else 0)
 
 
 if __name__ == "__main__":

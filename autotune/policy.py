@@ -230,8 +230,14 @@ class Replay(_Model):
     concurrency: int = Field(default=1, ge=1, description="In-flight requests in closed mode.")
     max_requests: int = Field(default=2000, ge=1, description="Requests replayed per trial.")
     warmup_requests: int = Field(default=16, ge=0, description="Excluded from statistics.")
+    find_capacity: bool = Field(
+        default=True,
+        description="trace mode: measure each trial at the highest arrival rate (time_scale) "
+                    "whose p99 TTFT/ITL meet the SLO, as DistServe's goodput; false: replay "
+                    "once at time_scale.")
 
-    def schedule(self, requests: list[Request], seed: int, label: str = "") -> ReplaySchedule:
+    def schedule(self, requests: list[Request], seed: int, label: str = "",
+                 slo: Slo | None = None) -> ReplaySchedule:
         return ReplaySchedule(
             requests=requests,
             mode=self.mode,
@@ -240,6 +246,7 @@ class Replay(_Model):
             warmup_requests=min(self.warmup_requests, max(0, len(requests) - 1)),
             seed=seed,
             label=label,
+            capacity_slo=slo if self.find_capacity and self.mode == "trace" else None,
         )
 
 

@@ -84,6 +84,14 @@ class RequestSource(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class Slo:
+    """Latency service-level objectives, in milliseconds (None: no bound)."""
+
+    ttft_p99_ms: float | None = None
+    itl_p99_ms: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ReplaySchedule:
     """What a replica replays: requests in arrival order plus how to pace them.
 
@@ -91,6 +99,11 @@ class ReplaySchedule:
     ``mode="closed"`` keeps ``concurrency`` requests in flight and ignores arrival times.
     The first ``warmup_requests`` requests run but are left out of the statistics.
     ``requests`` may be any re-iterable (a list, or a streaming reader over a file).
+
+    ``capacity_slo`` (trace mode only) asks the trial runner for the *capacity* reading of the
+    trial: replay the trace at several rates (``time_scale``) on the same replica and keep the
+    highest rate whose p99 TTFT and p99 ITL meet this SLO (DistServe's goodput). Without it the
+    trace is replayed once, at ``time_scale``.
     """
 
     requests: Iterable[Request]
@@ -100,6 +113,7 @@ class ReplaySchedule:
     warmup_requests: int = 0
     seed: int = 0
     label: str = ""
+    capacity_slo: Slo | None = None
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -158,14 +172,6 @@ class ServeSpec:
         if config.enable_adaptive_verification:
             spec["enable_adaptive_verification"] = True
         return spec
-
-
-@dataclass(frozen=True, slots=True)
-class Slo:
-    """Latency service-level objectives, in milliseconds (None: no bound)."""
-
-    ttft_p99_ms: float | None = None
-    itl_p99_ms: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

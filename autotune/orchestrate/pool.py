@@ -19,6 +19,7 @@ from typing import Protocol
 
 from autotune.backends import Backend
 from autotune.errors import AutotuneError, BackendError
+from autotune.orchestrate.capacity import replay_at_capacity
 from autotune.types import Measurement, Progress, ReplaySchedule, TrialConfig
 
 __all__ = ["Pool", "SerialPool", "TrialResult", "TrialTask", "run_trial"]
@@ -61,9 +62,11 @@ class Pool(Protocol):
 
 def run_trial(backend: Backend, config: TrialConfig, schedule: ReplaySchedule,
               progress: Progress | None = None) -> Measurement:
-    """Start a replica, replay, and always stop it (also on Ctrl-C)."""
+    """Start a replica, replay (at capacity when the schedule asks), always stop it."""
     replica = backend.start(config)
     try:
+        if schedule.capacity_slo is not None and schedule.mode == "trace":
+            return replay_at_capacity(replica, schedule, schedule.capacity_slo, progress)
         return replica.replay(schedule, progress)
     finally:
         replica.stop()

@@ -225,7 +225,8 @@ def _drive(options: TuneOptions, store: Store, run_id: str, workloads: list[_Wor
                                        is_baseline=s.is_baseline)
                     rep.trial_started(w.name, s, w.searcher.budget)
                     schedule = policy.replay.schedule(w.requests, seed=options.seed + s.number,
-                                                      label=f"{run_id}:{w.name}:{s.number}")
+                                                      label=f"{run_id}:{w.name}:{s.number}",
+                                                      slo=policy.objective.slo.slo())
                     if any(r.arrival_s is None for r in w.requests):
                         schedule = replace(schedule, mode="closed")  # no arrival times
                     pool.submit(TrialTask(key, s.config, schedule))

@@ -1,0 +1,87 @@
+"""The capacity reading of a trial: the highest traffic rate a replica serves within the SLOs.
+
+Replaying a production trace at its own rate leaves a well-sized replica idle part of the time:
+every config then serves every request and goodput equals the arrival rate, so configs cannot
+be told apart. Following DistServe, a trial's goodput is instead measured at the highest rate
+the replica sustains: the trace is replayed on the same replica at rising (or falling) speeds
+(``time_scale``, doubling or halving), then bisected, and the fastest replay whose p99 TTFT and
+p99 ITL meet the SLO is the trial's measurement (``extra["load_scale"]`` says how fast). No
+server restart happens between replays, so on real hardware this costs replay time only.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from autotune.backends import Replica
+from autotune.types import Measurement, Progress, ReplaySchedule, Slo, quantile_ms
+
+__all__ = ["MAX_SCALE", "MIN_SCALE", "meets", "replay_at_capacity"]
+
+MIN_SCALE = 1 / 64
+MAX_SCALE = 64.0
+
+
+def meets(m: Measurement, slo: Slo) -> bool:
+    """Every request completed and the pooled p99 TTFT and ITL are within the SLO."""
+    if m.requests == 0 or not m.ok.all():
+        return False
+    if slo.ttft_p99_ms is not None and not quantile_ms(m.ttft_s, 0.99) <= slo.ttft_p99_ms:
+        return False
+    return slo.itl_p99_ms is None or quantile_ms(m.itl_s, 0.99) <= slo.itl_p99_ms
+
+
+def _tag(m: Measurement, scale: float, replays: int, feasible: bool) -> Measurement:
+    extra = {**m.extra, "load_scale": scale, "capacity_replays": float(replays),
+             "capacity_met_slo": 1.0 if feasible else 0.0}
+    return replace(m, extra=extra)
+
+
+def replay_at_capacity(replica: Replica, schedule: ReplaySchedule, slo: Slo,
+                       progress: Progress | None = None, max_replays: int = 7) -> Measurement:
+    """The measurement at the highest ``time_scale`` that meets ``slo`` (see module doc).
+
+    When even the slowest tried rate misses the SLO, the slowest replay is returned (tagged
+    ``capacity_met_slo = 0``) so the search sees by how much it misses.
+    """
+    wall = 0.0
+    tried: dict[float, tuple[bool, Measurement]] = {}
+
+    def run(scale: float) -> bool:
+        nonlocal wall
+        m = replica.replay(replace(schedule, time_scale=scale), progress)
+        wall += m.wall_time_s
+        tried[scale] = (meets(m, slo), m)
+        return tried[scale][0]
+
+    scale = schedule.time_scale
+    lo: float | None = None  # fastest known feasible
+    hi: float | None = None  # slowest known infeasible
+    if run(scale):
+        lo = scale
+        while len(tried) < max_replays and scale * 2 <= MAX_SCALE:
+            scale *= 2
+            if run(scale):
+                lo = scale
+            else:
+                hi = scale
+                break
+    else:
+        hi = scale
+        while len(tried) < max_replays and scale / 2 >= MIN_SCALE:
+            scale /= 2
+            if run(scale):
+                lo = scale
+                break
+            hi = scale
+    while lo is not None and hi is not None and len(tried) < max_replays:
+        mid = math.sqrt(lo * hi)
+        if run(mid):
+            lo = mid
+        else:
+            hi = mid
+    if lo is None:
+        slowest = min(tried)
+        return replace(_tag(tried[slowest][1], slowest, len(tried), False), wall_time_s=wall)
+    return replace(_tag(tried[lo][1], lo, len(tried), True), wall_time_s=wall)
