@@ -326,6 +326,29 @@ def export(workload: str, fmt: str, output: Path | None, db: str | None) -> None
         click.echo(f"wrote {output}", err=True)
 
 
+@cli.command()
+@click.option("--run", "run_id", default=None, help="Run to report (default: the newest "
+                                                    "finished run).")
+@_db_option
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=Path("report.html"),
+              show_default=True, help="HTML file to write (atomically; self-contained).")
+def report(run_id: str | None, db: str | None, output: Path) -> None:
+    """Write an HTML report of a run: speedup vs window, Pareto front, calibration, history.
+
+    One self-contained file (plotly.js inlined): open it from disk, no network needed.
+
+    \b
+    Example:
+      autotune report -o report.html
+      autotune report --run 20261129-151003-3fa2 --db sqlite:////tmp/x.db -o run.html
+    """
+    from autotune.report import write_report
+
+    done = write_report(_open_store(db), output, run_id)
+    click.echo(f"wrote {done.path} (run {done.run_id}: {done.workloads} workloads, "
+               f"{done.trials} trials, {done.size_bytes / 1e6:.1f} MB)", err=True)
+
+
 def main() -> None:
     """Entry point (console script ``autotune``)."""
     try:

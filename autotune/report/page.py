@@ -1,0 +1,217 @@
+"""The report page: one self-contained HTML file (plotly.js inlined, no network at view time).
+
+The page leads with the recommendation table and its provenance, then the charts of
+:mod:`autotune.report.figures`. Every text that comes from the database is HTML-escaped; the
+chart data is JSON that plotly escapes itself. The file is written atomically.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from autotune import __version__
+from autotune.errors import DependencyError
+from autotune.export import write_atomic
+from autotune.report.data import ReportData, load_report_data
+from autotune.report.figures import Chart, build_charts
+from autotune.store import Store
+
+__all__ = ["ReportWritten", "render_report", "write_report"]
+
+_CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#1d2733;
+background:#f6f7f9}
+main{max-width:1320px;margin:0 auto;padding:18px 28px 40px}
+h1{font-size:24px;margin:6px 0 4px}h2{font-size:18px;margin:0 0 4px}
+.meta{color:#4a5563;font-size:13px;line-height:1.6;margin:0}
+.meta code,td code{background:#eef0f3;padding:1px 4px;border-radius:3px;font-size:12px}
+nav{margin:10px 0 0;font-size:13px}nav a{margin-right:14px;color:#2858a8;text-decoration:none}
+section{background:#fff;border:1px solid #e2e5ea;border-radius:8px;padding:14px 18px;
+margin:16px 0}
+.caption{color:#4a5563;font-size:13px;margin:2px 0 6px;max-width:1100px}
+table{border-collapse:collapse;width:100%;font-size:13px}
+th,td{text-align:left;padding:6px 8px;border-bottom:1px solid #e8eaee;vertical-align:top}
+th{background:#f1f3f6;font-weight:600;white-space:nowrap}
+td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+.status{display:inline-block;padding:1px 7px;border-radius:9px;font-size:12px;color:#fff}
+.active{background:#2e8b57}.candidate{background:#b7791f}.retired{background:#7a828c}
+.bad{color:#b03a2e}.ok{color:#2e8b57}
+details{margin:2px 0}summary{cursor:pointer;color:#2858a8}
+pre{background:#f4f5f7;padding:8px;border-radius:4px;overflow-x:auto;font-size:12px;margin:4px 0}
+dl{display:grid;grid-template-columns:max-content auto;gap:2px 12px;margin:6px 0;font-size:12px}
+dt{color:#4a5563}dd{margin:0}
+footer{color:#7a828c;font-size:12px;margin-top:20px}
+"""
+
+
+@dataclass(frozen=True)
+class ReportWritten:
+    """What ``write_report`` wrote."""
+
+    path: Path
+    run_id: str
+    workloads: int
+    trials: int
+    size_bytes: int
+
+
+def _plotly_js() -> tuple[str, str]:
+    try:
+        import plotly
+        from plotly.offline import get_plotlyjs
+    except ImportError as e:
+        raise DependencyError.missing("plotly", "report", "autotune report") from e
+    return get_plotlyjs(), str(plotly.__version__)
+
+
+def _figure_html(chart: Chart) -> str:
+    import plotly.io as pio
+
+    return str(pio.to_html(chart.figure, full_html=False, include_plotlyjs=False,
+                           div_id=f"{chart.id}-plot",
+                           config={"displaylogo": False, "responsive": True}))
+
+
+def _e(x: Any) -> str:
+    return escape("" if x is None else str(x))
+
+
+def _num(x: Any, digits: int = 4) -> str:
+    if isinstance(x, int | float) and not isinstance(x, bool):
+        return f"{x:.{digits}g}"
+    return "n/a"
+
+
+def _short(sha: Any) -> str:
+    return _e(str(sha)[:12]) if sha else "n/a"
+
+
+def _header(data: ReportData) -> str:
+    run = data.run
+    traffic = run.get("traffic") or {}
+    policy = run.get("policy") or {}
+    failed = sum(len(w.failed) for w in data.workloads)
+    status = str(run.get("status"))
+    status_html = _e(status) if status == "finished" else f'<b class="bad">{_e(status)}</b>'
+    return (
+        f"<h1>autotune report · run <code>{_e(run.get('run'))}</code></h1>"
+        f'<p class="meta">status {status_html} · backend <code>{_e(run.get("backend"))}</code>'
+        f" · policy <code>{_e(policy.get('name'))}</code> ({_short(policy.get('sha256'))})"
+        f" · seed {_e(run.get('seed'))}<br>traffic <code>{_e(traffic.get('path'))}</code> "
+        f"({_e(traffic.get('requests'))} requests, sha256 {_short(traffic.get('sha256'))})"
+        f" · started {_e(run.get('started_at'))} · finished {_e(run.get('finished_at'))}<br>"
+        f"{len(data.workloads)} workloads · {data.trial_count} trials ({failed} failed) · "
+        f"objective <code>{_e(data.objective)}</code>"
+        + (f'<br><span class="bad">run error: {_e(run.get("error"))}</span>'
+           if run.get("error") else "")
+        + "</p>")
+
+
+def _provenance(rec: Mapping[str, Any]) -> str:
+    prov = rec.get("provenance") or {}
+    traffic = prov.get("traffic") or {}
+    policy = prov.get("policy") or {}
+    spec = rec.get("speculative_config")
+    rows = [
+        ("model", prov.get("model")), ("draft model", prov.get("draft_model")),
+        ("method", prov.get("method")), ("backend", rec.get("backend")),
+        ("hardware", prov.get("hardware")), ("vLLM version", prov.get("vllm_version")),
+        ("traffic", f"{traffic.get('path')} · {traffic.get('requests')} requests · sha256 "
+                    f"{traffic.get('sha256')}"),
+        ("policy", f"{policy.get('name')} · sha256 {policy.get('sha256')}"),
+        ("run", rec.get("run")), ("seed", prov.get("seed")), ("trial id", rec.get("trial_id")),
+        ("trials", prov.get("trials")), ("created", rec.get("created_at")),
+        ("retired", rec.get("retired_at")),
+    ]
+    dl = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in rows if v is not None)
+    flag = (f"<pre>--speculative-config '{_e(json.dumps(spec, sort_keys=True))}'</pre>"
+            if spec else "<p>served without a drafter</p>")
+    full = _e(json.dumps(prov, indent=2, sort_keys=True, default=str))
+    return (f"<details><summary>provenance</summary><dl>{dl}</dl>{flag}"
+            f"<details><summary>full provenance JSON</summary><pre>{full}</pre></details>"
+            "</details>")
+
+
+def _recommendation_row(rec: Mapping[str, Any]) -> str:
+    cfg = rec.get("config") or {}
+    prov = rec.get("provenance") or {}
+    acc = prov.get("acceptance") or {}
+    ci = rec.get("value_ci")
+    value = _num(rec.get("value")) + (f" [{_num(ci[0])}, {_num(ci[1])}]" if ci else "")
+    speedup = rec.get("speedup_vs_baseline")
+    feasible = prov.get("feasible")
+    slo = ("n/a" if feasible is None else
+           '<span class="ok">yes</span>' if feasible else '<span class="bad">no</span>')
+    status = _e(rec.get("status"))
+    adaptive = cfg.get("enable_adaptive_verification")
+    return (
+        f"<tr><td><b>{_e(rec.get('workload'))}</b></td>"
+        f'<td><span class="status {status}">{status}</span></td>'
+        f'<td class="num">{_e(cfg.get("num_speculative_tokens"))}</td>'
+        f"<td>{'on' if adaptive else 'off' if adaptive is not None else 'n/a'}</td>"
+        f'<td class="num">{_e(cfg.get("max_num_seqs"))}</td>'
+        f'<td class="num">{_e(cfg.get("max_num_batched_tokens"))}</td>'
+        f'<td class="num">{value}</td><td class="num">{_num(rec.get("baseline_value"))}</td>'
+        f'<td class="num">{_num(speedup, 3) + "x" if speedup is not None else "n/a"}</td>'
+        f'<td class="num">{_num(acc.get("predicted_tokens_per_step"), 3)} → '
+        f'{_num(acc.get("measured_tokens_per_step"), 3)}</td>'
+        f"<td>{slo}</td><td>{_e(rec.get('reason'))}{_provenance(rec)}</td></tr>")
+
+
+def _recommendations(data: ReportData) -> str:
+    head = ("<tr><th>workload</th><th>status</th><th>window</th><th>adaptive</th>"
+            "<th>max_num_seqs</th><th>max_num_batched_tokens</th>"
+            f"<th>{_e(data.objective)} [CI]</th><th>baseline</th><th>speedup</th>"
+            "<th>tokens/step pred → meas</th><th>SLOs met</th><th>reason</th></tr>")
+    body = "".join(_recommendation_row(r) for r in data.recommendations)
+    if not body:
+        body = ('<tr><td colspan="12">this run made no recommendation (every trial failed?); '
+                "see <code>autotune trials --run "
+                f"{_e(data.run.get('run'))}</code></td></tr>")
+    return (
+        '<section id="recommendations"><h2>Recommendations of this run</h2>'
+        '<p class="caption">One row per workload: the configuration chosen, its objective '
+        "value against the policy's baseline trial, tokens per verify step predicted from the "
+        "sample's confidence-head values and measured by the replica, and the provenance "
+        "(expand). Active recommendations are what <code>autotune export</code> writes.</p>"
+        f"<table><thead>{head}</thead><tbody>{body}</tbody></table></section>")
+
+
+def _chart_section(chart: Chart) -> str:
+    return (f'<section id="{_e(chart.id)}"><h2>{_e(chart.title)}</h2>'
+            f'<p class="caption">{_e(chart.caption)}</p>{_figure_html(chart)}</section>')
+
+
+def render_report(data: ReportData, charts: Sequence[Chart] | None = None) -> str:
+    """The whole HTML document of a report."""
+    js, plotly_version = _plotly_js()
+    charts = build_charts(data) if charts is None else charts
+    nav = "".join(f'<a href="#{_e(c.id)}">{_e(c.title.split(":")[0])}</a>' for c in charts)
+    title = f"autotune report · run {data.run.get('run')}"
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{_e(title)}</title><style>{_CSS}</style>"
+        f"<!-- plotly.js (MIT license), inlined so this file works offline -->\n"
+        f'<script type="text/javascript">{js}</script></head>\n<body><main>'
+        f'<header>{_header(data)}<nav><a href="#recommendations">Recommendations</a>{nav}'
+        "</nav></header>"
+        + _recommendations(data)
+        + "".join(_chart_section(c) for c in charts)
+        + f"<footer>generated {_e(data.generated_at)} by autotune {_e(__version__)} from "
+        f"{_e(data.db)} · charts: plotly {_e(plotly_version)}, inlined (no network "
+        "needed)</footer></main></body></html>\n")
+
+
+def write_report(store: Store, output: str | Path, run_id: str | None = None) -> ReportWritten:
+    """Render the report of ``run_id`` (default: the newest finished run) to ``output``."""
+    data = load_report_data(store, run_id)
+    text = render_report(data)
+    path = write_atomic(output, text)
+    return ReportWritten(path=path, run_id=str(data.run["run"]), workloads=len(data.workloads),
+                         trials=data.trial_count, size_bytes=len(text.encode("utf-8")))
