@@ -157,6 +157,8 @@ class Space(_Model):
 
 
 class SloSpec(_Model):
+    """Latency SLOs: p99 bounds over the measured requests."""
+
     ttft_p99_ms: float | None = Field(
         default=None, gt=0, description="p99 time to first token bound (ms).")
     itl_p99_ms: float | None = Field(
@@ -176,10 +178,12 @@ class Objective(_Model):
 class Baseline(_Model):
     """The config every result is compared against; measured as its own trial."""
 
-    num_speculative_tokens: int = Field(default=7, ge=0)
-    enable_adaptive_verification: bool = False
-    max_num_seqs: int = Field(default=1024, ge=1)
-    max_num_batched_tokens: int = Field(default=8192, ge=1)
+    num_speculative_tokens: int = Field(default=7, ge=0, description="Baseline window.")
+    enable_adaptive_verification: bool = Field(default=False,
+                                               description="Baseline adaptive verification.")
+    max_num_seqs: int = Field(default=1024, ge=1, description="Baseline --max-num-seqs.")
+    max_num_batched_tokens: int = Field(default=8192, ge=1,
+                                        description="Baseline --max-num-batched-tokens.")
 
     def config(self) -> TrialConfig:
         return TrialConfig.from_dict(self.model_dump())
@@ -257,12 +261,13 @@ class Schedule(_Model):
 class Sim(_Model):
     profile: str = Field(default="kimi-k2.6@8xH200-tp8",
                          description="Hardware+model profile of the simulator.")
-    drafter: str = Field(default="dspark", description="dspark | eagle3-mla | none.")
+    drafter: str = Field(default="dspark",
+                         description="Simulated drafter: dspark, eagle3-mla or none.")
 
 
 class Search(_Model):
     strategy: Literal["tpe", "random", "grid", "guided"] = Field(
-        default="tpe", description="Search strategy.")
+        default="tpe", description="tpe, random, grid, or guided (acceptance-guided).")
     epsilon: float = Field(
         default=0.005, ge=0, description="Stop when the predicted remaining gain is below this.")
 
@@ -271,15 +276,19 @@ class Policy(_Model):
     """A whole tuning policy (DESIGN §4)."""
 
     name: str = Field(description="Policy name (shown in provenance).")
-    serve: Serve
-    space: Space = Field(default_factory=Space)
-    objective: Objective = Field(default_factory=Objective)
-    baseline: Baseline = Field(default_factory=Baseline)
-    budget: Budget = Field(default_factory=Budget)
-    replay: Replay = Field(default_factory=Replay)
-    schedule: Schedule = Field(default_factory=Schedule)
-    sim: Sim = Field(default_factory=Sim)
-    search: Search = Field(default_factory=Search)
+    serve: Serve = Field(description="The server every trial starts (fixed, not searched).")
+    space: Space = Field(default_factory=Space, description="What the search may choose.")
+    objective: Objective = Field(default_factory=Objective,
+                                 description="What is maximised, under which SLOs.")
+    baseline: Baseline = Field(default_factory=Baseline,
+                               description="Measured first, as its own trial; speedups are "
+                                           "relative to it.")
+    budget: Budget = Field(default_factory=Budget, description="How much a run may spend.")
+    replay: Replay = Field(default_factory=Replay, description="How traffic is replayed.")
+    schedule: Schedule = Field(default_factory=Schedule,
+                               description="When the daemon re-tunes.")
+    sim: Sim = Field(default_factory=Sim, description="The embedded simulator's setting.")
+    search: Search = Field(default_factory=Search, description="How configs are searched.")
 
     @model_validator(mode="after")
     def _windows_within_block(self) -> Policy:
@@ -355,3 +364,28 @@ def load_policy(path: str | Path | None = None,
             node = child
         node[leaf] = value
     return policy_from_mapping(data, str(p))
+
+
+def reference_markdown() -> str:
+    """A Markdown table of every policy key with its default and description (docs/policies.md)."""
+    rows = ["| key | default | meaning |", "|---|---|---|"]
+
+    def walk(model: type[BaseModel], prefix: str) -> None:
+        for name, info in model.model_fields.items():
+            key = f"{prefix}{name}"
+            ann = info.annotation
+            if isinstance(ann, type) and issubclass(ann, BaseModel):
+                rows.append(f"| `{key}` | | {info.description or ''} |")
+                walk(ann, key + ".")
+                continue
+            if info.is_required():
+                default = "required"
+            elif info.default_factory is not None:
+                made = info.default_factory()  # type: ignore[call-arg]
+                default = f"`{made}`" if not isinstance(made, BaseModel) else ""
+            else:
+                default = f"`{info.default}`"
+            rows.append(f"| `{key}` | {default} | {info.description or ''} |")
+
+    walk(Policy, "")
+    return "\n".join(rows) + "\n"
