@@ -21,7 +21,7 @@ from autotune.acceptance import curve_from_predictions
 from autotune.backends import Backend, create_backend
 from autotune.errors import AutotuneError
 from autotune.export import render, write_atomic
-from autotune.orchestrate.pool import Pool, SerialPool, TrialResult, TrialTask
+from autotune.orchestrate.pool import Pool, TrialResult, TrialTask
 from autotune.policy import Policy
 from autotune.search import Outcome, PastTrial, Scored, Searcher, Suggestion, evaluate, select_best
 from autotune.store import Store
@@ -67,6 +67,8 @@ class TuneOptions:
     export_dir: Path = Path("storage/exports")
     workloads: Sequence[str] | None = None  # restrict (e.g. only drifted ones)
     resume: bool = True
+    replicas: int | None = None  # None: sim → local cores, vllm → as many as the cluster holds
+    ray_address: str | None = None  # None: $RAY_ADDRESS, else a local Ray (or none for 1 sim)
 
 
 @dataclass(frozen=True)
@@ -174,8 +176,9 @@ def tune(options: TuneOptions, store: Store, reporter: Reporter | None = None,
         workloads.append(w)
     rep.run_started(run_id, resumed, finished_before)
 
-    pool = (pool_factory or _serial_pool)(backend, rep)
+    pool: Pool | None = None
     try:
+        pool = (pool_factory or _default_pool(options))(backend, rep)
         _drive(options, store, run_id, workloads, pool, rep)
     except KeyboardInterrupt:
         store.set_run_status(run_id, "interrupted", "interrupted by the user (SIGINT/SIGTERM)")
@@ -184,7 +187,8 @@ def tune(options: TuneOptions, store: Store, reporter: Reporter | None = None,
         store.set_run_status(run_id, "failed", f"{type(e).__name__}: {e}")
         raise
     finally:
-        pool.close()
+        if pool is not None:
+            pool.close()
 
     provenance_base = _provenance(options, sample, run_id, backend)
     results = [_recommend(options, store, run_id, w, provenance_base) for w in workloads]
@@ -202,8 +206,18 @@ def _backend_options(options: TuneOptions) -> dict[str, Any]:
     return merged
 
 
-def _serial_pool(backend: Backend, rep: Reporter) -> Pool:
-    return SerialPool(backend, progress=rep.replay_progress)
+def _default_pool(options: TuneOptions) -> Callable[[Backend, Reporter], Pool]:
+    """SerialPool for one sim replica without a Ray address, else the Ray replica pool."""
+    def make(backend: Backend, rep: Reporter) -> Pool:
+        from autotune.orchestrate.ray_pool import RaySettings, open_pool
+
+        settings = RaySettings(
+            kind=options.backend, serve=options.policy.serve.spec(),
+            backend_options=_backend_options(options), seed=options.seed,
+            replicas=options.replicas, address=options.ray_address,
+            max_retries=options.policy.budget.max_retries)
+        return open_pool(settings, backend, progress=rep.replay_progress)
+    return make
 
 
 def _drive(options: TuneOptions, store: Store, run_id: str, workloads: list[_Workload],
