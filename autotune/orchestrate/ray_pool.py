@@ -115,7 +115,7 @@ def _ray() -> Any:
     return ray
 
 
-def _short(e: BaseException, limit: int = 300) -> str:
+def _short(e: BaseException | str, limit: int = 300) -> str:
     text = " ".join(str(e).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
