@@ -157,10 +157,12 @@ class ReplicaWorker:
             "node_id": ray.get_runtime_context().get_node_id(),
             "pid": os.getpid(),
             "gpu_ids": gpu_ids,
+            "cuda_visible_devices": dict(serve.env).get("CUDA_VISIBLE_DEVICES"),
         }
 
     def info(self) -> dict[str, Any]:
-        """Where this replica runs: replica id, node, node_ip, node_id, pid, gpu_ids."""
+        """Where this replica runs: replica id, node, node_ip, node_id, pid, gpu_ids and the
+        CUDA_VISIBLE_DEVICES its backend's servers get."""
         return dict(self._info)
 
     def run(self, task: TrialTask) -> TrialResult:
