@@ -21,6 +21,23 @@ from autotune.errors import AutotuneError
 F = TypeVar("F", bound=Callable[..., Any])
 
 FORMAT = click.Choice(["table", "json"])
+DEFAULT_STATE_FILE = Path("storage/daemon.json")
+
+
+class _Duration(click.ParamType):
+    name = "duration"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> float:
+        from autotune.policy import parse_duration
+
+        try:
+            return parse_duration(value)
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+
+
+DURATION = _Duration()
 
 
 def _db_option(f: F) -> F:
@@ -98,19 +115,54 @@ def cli(verbose: int) -> None:
               show_default=True, help="Where the speculative-config exports are written.")
 @click.option("--endpoint", default=None, metavar="URL",
               help="vllm backend: measure this already-running server (no restarts).")
+@click.option("--every", type=DURATION, default=None, metavar="DURATION",
+              help="Daemon: re-tune this often (5s, 30m, 24h), instead of the policy's cron.")
+@click.option("--state-file", type=click.Path(path_type=Path), default=DEFAULT_STATE_FILE,
+              show_default=True, help="Daemon: where it records its state (autotune status).")
 def start(traffic: Path, policy_path: Path | None, backend: str, db: str | None, once: bool,
           budget_trials: int | None, seed: int, skip_invalid: bool, export_dir: Path,
-          endpoint: str | None) -> None:
+          endpoint: str | None, every: float | None, state_file: Path) -> None:
     """Tune every workload of a traffic sample, store and export the recommendations.
+
+    Without --once it keeps running: it re-tunes when the policy's schedule.cron fires (or
+    every --every), or when the traffic file changes, and then only the workloads whose traffic
+    drifted. SIGTERM or Ctrl-C stops it cleanly (exit 0); a run stopped mid-way is resumed by
+    the next start with the same inputs.
 
     \b
     Example:
       autotune start --traffic examples/sample.jsonl --once
       autotune start --traffic sample.jsonl --policy policies/latency.yaml --budget-trials 8
+      autotune start --traffic /data/traffic.jsonl --every 30m
     """
-    from autotune.orchestrate import TuneOptions, tune
+    from autotune.daemon import DaemonOptions, run_daemon, stop_signals
+    from autotune.orchestrate import tune
+    from autotune.ui import RichReporter, err, print_pass
+
+    options = _tune_options(traffic, policy_path, backend, budget_trials, seed, skip_invalid,
+                            export_dir, endpoint)
+    store = _open_store(db)
+    if not once:
+        daemon = DaemonOptions(tune=options, every_s=every, cron=options.policy.schedule.cron,
+                               state_path=state_file)
+        sys.exit(run_daemon(daemon, store, RichReporter,
+                            on_pass=lambda r, why: print_pass(r, options.policy, why)))
+    try:
+        with stop_signals(), RichReporter() as reporter:
+            result = tune(options, store, reporter)
+    except KeyboardInterrupt:
+        err.print("interrupted: the run is marked interrupted; the same `autotune start` "
+                  "resumes it without repeating finished trials")
+        sys.exit(130)
+    print_pass(result, options.policy, None)
+
+
+def _tune_options(traffic: Path, policy_path: Path | None, backend: str,
+                  budget_trials: int | None, seed: int, skip_invalid: bool, export_dir: Path,
+                  endpoint: str | None) -> Any:
+    from autotune.orchestrate import TuneOptions
     from autotune.policy import load_policy
-    from autotune.ui import RichReporter, err, print_table, result_notes, result_table
+    from autotune.ui import err
 
     overrides = {"budget.trials": budget_trials} if budget_trials else {}
     policy = load_policy(policy_path, overrides)
@@ -121,20 +173,9 @@ def start(traffic: Path, policy_path: Path | None, backend: str, db: str | None,
         backend_options["endpoint"] = endpoint
         err.print(f"attached to {endpoint}: no restarts, so tuning covers only what that "
                   "server was started with")
-    options = TuneOptions(traffic=traffic, policy=policy, backend=backend,
-                          backend_options=backend_options, seed=seed,
-                          skip_invalid=skip_invalid, export_dir=export_dir)
-    store = _open_store(db)
-    with RichReporter() as reporter:
-        result = tune(options, store, reporter)
-    print_table(result_table(result.workloads, policy.objective.maximize))
-    for note in result_notes(result.workloads):
-        err.print(f"note: {note}")
-    err.print(f"run {result.run_id} {result.status}; `autotune trials --run {result.run_id}` "
-              "lists its trials")
-    if not once:
-        err.print("note: without --once autotune would keep re-tuning on the policy's "
-                  "schedule; the daemon loop is not available in this version, so it exits.")
+    return TuneOptions(traffic=traffic, policy=policy, backend=backend,
+                       backend_options=backend_options, seed=seed, skip_invalid=skip_invalid,
+                       export_dir=export_dir)
 
 
 # -------------------------------------------------------------------------------- traffic
@@ -347,6 +388,79 @@ def report(run_id: str | None, db: str | None, output: Path) -> None:
     done = write_report(_open_store(db), output, run_id)
     click.echo(f"wrote {done.path} (run {done.run_id}: {done.workloads} workloads, "
                f"{done.trials} trials, {done.size_bytes / 1e6:.1f} MB)", err=True)
+
+
+@cli.command()
+@click.option("--state-file", type=click.Path(path_type=Path), default=DEFAULT_STATE_FILE,
+              show_default=True, help="The daemon's state file.")
+@_db_option
+@_format_option
+@click.option("--check", is_flag=True,
+              help="Exit 1 unless a daemon is running (for health checks).")
+def status(state_file: Path, db: str | None, fmt: str, check: bool) -> None:
+    """The daemon's state: current run, last finished run, next pass, active recommendations.
+
+    \b
+    Example:
+      autotune status
+      autotune status --check   # HEALTHCHECK: exit 1 when no daemon runs
+    """
+    from autotune.daemon import read_state
+    from autotune.ui import print_json, print_status
+
+    state = read_state(state_file)
+    store = _open_store(db)
+    runs = store.runs()
+    report = {
+        "daemon": state,
+        "current_runs": [r for r in runs if r["status"] == "running"],
+        "last_finished_run": next((r for r in runs if r["status"] == "finished"), None),
+        "next_pass": state.get("next_pass") if state else None,
+        "active_recommendations": store.recommendations(),
+    }
+    print_json([report]) if fmt == "json" else print_status(report)
+    if check and not (state and state.get("alive")):
+        sys.exit(1)
+
+
+@cli.command()
+@click.option("--traffic-dir", type=click.Path(path_type=Path), required=True,
+              help="Folder of samples; the newest is tuned.")
+@click.option("--latest", type=click.IntRange(min=1), default=1, show_default=True,
+              help="How many of the newest samples to tune.")
+@click.option("--policy", "policy_path", type=click.Path(path_type=Path), default=None,
+              help="Tuning policy YAML (default: the embedded policies/default.yaml).")
+@click.option("--backend", type=click.Choice(["sim", "vllm"]), default="sim", show_default=True,
+              help="sim: embedded simulator; vllm: real vllm serve replicas.")
+@_db_option
+@click.option("--budget-trials", type=click.IntRange(min=1), default=None,
+              help="Trials per workload (overrides the policy's budget.trials).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of search and replay.")
+@click.option("--skip-invalid", is_flag=True, help="Skip invalid sample lines (and say how many).")
+@click.option("--export-dir", type=click.Path(path_type=Path), default=Path("storage/exports"),
+              show_default=True, help="Where the exports are written.")
+def nightly(traffic_dir: Path, latest: int, policy_path: Path | None, backend: str,
+            db: str | None, budget_trials: int | None, seed: int, skip_invalid: bool,
+            export_dir: Path) -> None:
+    """One pass over the newest sample(s) in a folder; prints a JSON summary.
+
+    Workloads whose traffic has not drifted since their active recommendation are skipped;
+    a new result replaces the active one only when its gain is significant. Exit 0 when the
+    pass ran, non-zero on failure.
+
+    \b
+    Example (cron, 02:00 daily):
+      0 2 * * * autotune nightly --traffic-dir /data/traffic --db $AUTOTUNE_DB_URL
+    """
+    from autotune.daemon import nightly as run_nightly
+    from autotune.daemon import stop_signals
+    from autotune.ui import print_json
+
+    options = _tune_options(traffic_dir, policy_path, backend, budget_trials, seed,
+                            skip_invalid, export_dir, None)
+    with stop_signals():
+        summary = run_nightly(options, _open_store(db), traffic_dir, latest)
+    print_json(summary)
 
 
 def main() -> None:

@@ -16,7 +16,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from autotune.orchestrate.tuning import Reporter, WorkloadResult
+from autotune.orchestrate.tuning import Reporter, TuneResult, WorkloadResult
+from autotune.policy import Policy
 from autotune.search import Outcome, Suggestion
 from autotune.traffic.load import LoadedSample
 
@@ -58,6 +59,9 @@ class RichReporter(Reporter):
     def __enter__(self) -> RichReporter:
         self.progress.start()
         return self
+
+    def workload_skipped(self, workload: str, why: str) -> None:
+        self.console.print(f"{workload}: skipped, {why}")
 
     def __exit__(self, *exc: object) -> None:
         self.progress.stop()
@@ -204,3 +208,40 @@ def inspect_table(rows: Sequence[Mapping[str, Any]]) -> Table:
                   f"{o['p50']:.0f}/{o['p90']:.0f}/{o['p99']:.0f}",
                   _num(r["arrival_rate_per_s"]), _num(r["burstiness"]), acc)
     return t
+
+
+def print_pass(result: TuneResult, policy: Policy, why: str | None) -> None:
+    """What a tuning pass did: the recommendations table, notes, skipped workloads."""
+    if why:
+        err.print(f"pass triggered by: {why}")
+    for name, reason in result.skipped:
+        err.print(f"{name}: skipped, {reason}")
+    if result.run_id is None:
+        err.print("nothing to re-tune: no workload drifted")
+        return
+    print_table(result_table(result.workloads, policy.objective.maximize))
+    for note in result_notes(result.workloads):
+        err.print(f"note: {note}")
+    err.print(f"run {result.run_id} {result.status}; `autotune trials --run {result.run_id}` "
+              "lists its trials")
+
+
+def print_status(report: Mapping[str, Any]) -> None:
+    state = report.get("daemon")
+    if state is None:
+        out.print("daemon: no state file (not started here)")
+    else:
+        alive = "running" if state.get("alive") else "not running"
+        out.print(f"daemon: {alive} (pid {state.get('pid')}, {state.get('status')}, "
+                  f"updated {state.get('updated_at')}), traffic {state.get('traffic')}")
+    current = report.get("current_runs") or []
+    out.print("current run: " + (", ".join(r["run"] for r in current) if current else "none"))
+    last = report.get("last_finished_run")
+    out.print("last finished run: " + (f"{last['run']} (finished {last['finished_at']})"
+                                       if last else "none"))
+    out.print(f"next pass: {report.get('next_pass') or '-'}")
+    recs = report.get("active_recommendations") or []
+    if recs:
+        print_table(recommendations_table(recs))
+    else:
+        out.print("active recommendations: none")
