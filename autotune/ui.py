@@ -214,8 +214,6 @@ def print_pass(result: TuneResult, policy: Policy, why: str | None) -> None:
     """What a tuning pass did: the recommendations table, notes, skipped workloads."""
     if why:
         err.print(f"pass triggered by: {why}")
-    for name, reason in result.skipped:
-        err.print(f"{name}: skipped, {reason}")
     if result.run_id is None:
         err.print("nothing to re-tune: no workload drifted")
         return

@@ -25,6 +25,7 @@ from autotune.orchestrate.pool import Pool, TrialResult, TrialTask
 from autotune.policy import Policy
 from autotune.search import Outcome, PastTrial, Scored, Searcher, Suggestion, evaluate, select_best
 from autotune.store import Store
+from autotune.traffic.drift import compare, reference
 from autotune.traffic.load import LoadedSample, load_sample, split_workloads, workload_requests
 from autotune.traffic.summary import summarize
 from autotune.types import Measurement, Request, TrialConfig
@@ -38,7 +39,17 @@ _PER_REQUEST = ("ttft_s", "tpot_s", "e2e_s", "output_tokens", "ok")
 
 
 class Reporter:
-    """Hooks the pass calls as it goes; every hook defaults to doing nothing."""
+    """Hooks the pass calls as it goes; every hook defaults to doing nothing.
+
+    A reporter is also a context manager (entered around a pass) so a live display can start
+    and stop with it.
+    """
+
+    def __enter__(self) -> Reporter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
 
     def sample_loaded(self, sample: LoadedSample, workloads: Mapping[str, int]) -> None: ...
 
@@ -53,6 +64,8 @@ class Reporter:
 
     def workload_finished(self, result: WorkloadResult) -> None: ...
 
+    def workload_skipped(self, workload: str, why: str) -> None: ...
+
 
 @dataclass(frozen=True)
 class TuneOptions:
@@ -65,8 +78,9 @@ class TuneOptions:
     seed: int = 0
     skip_invalid: bool = False
     export_dir: Path = Path("storage/exports")
-    workloads: Sequence[str] | None = None  # restrict (e.g. only drifted ones)
+    workloads: Sequence[str] | None = None  # restrict to these workloads
     resume: bool = True
+    drift_check: bool = False  # skip workloads whose traffic has not drifted since tuned
     replicas: int | None = None  # None: sim → local cores, vllm → as many as the cluster holds
     ray_address: str | None = None  # None: $RAY_ADDRESS, else a local Ray (or none for 1 sim)
 
@@ -86,10 +100,11 @@ class WorkloadResult:
 
 @dataclass(frozen=True)
 class TuneResult:
-    run_id: str
-    status: str
+    run_id: str | None  # None when every workload was skipped (no drift)
+    status: str  # finished | skipped
     resumed: bool
     workloads: list[WorkloadResult]
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (workload, why)
 
 
 @dataclass
@@ -135,29 +150,40 @@ def tune(options: TuneOptions, store: Store, reporter: Reporter | None = None,
     sample = load_sample(options.traffic, skip_invalid=options.skip_invalid,
                          max_acceptance=block)
     groups = split_workloads(sample.requests, seed=options.seed)
+    summaries = {name: {**summarize(reqs, total=False)[0].as_dict(),
+                        "drift_reference": reference(reqs, seed=options.seed)}
+                 for name, reqs in groups.items()}
     if options.workloads is not None:
         groups = {k: v for k, v in groups.items() if k in set(options.workloads)}
+    skipped: list[tuple[str, str]] = []
+    if options.drift_check:
+        groups, skipped = _drift_filter(store, groups)
     rep.sample_loaded(sample, {k: len(v) for k, v in groups.items()})
+    for name, why in skipped:
+        rep.workload_skipped(name, why)
 
     backend = create_backend(options.backend, policy.serve.spec(), _backend_options(options),
                              options.seed)
-    summaries = {s.workload: s.as_dict() for s in summarize(sample.requests, total=False)}
     sample_id = store.record_sample(path=str(sample.path), sha256=sample.sha256,
                                     size_bytes=sample.size_bytes,
                                     requests=len(sample.requests), skipped_lines=sample.skipped,
                                     workloads=summaries)
-    run_id = store.resumable_run(backend=options.backend, policy_sha256=policy.sha256(),
-                                 sample_id=sample_id, seed=options.seed) \
+    if not groups:
+        return TuneResult(run_id=None, status="skipped", resumed=False, workloads=[],
+                          skipped=skipped)
+    found = store.resumable_run(backend=options.backend, policy_sha256=policy.sha256(),
+                                sample_id=sample_id, seed=options.seed) \
         if options.resume else None
-    resumed = run_id is not None
-    if run_id is None:
+    resumed = found is not None
+    if found is not None:
+        run_id = found
+        store.set_run_status(run_id, "running")
+    else:
         run_id = store.create_run(backend=options.backend, policy_name=policy.name,
                                   policy_sha256=policy.sha256(),
                                   policy=policy.model_dump(mode="json"), sample_id=sample_id,
                                   seed=options.seed,
                                   options={"backend_options": dict(options.backend_options)})
-    else:
-        store.set_run_status(run_id, "running")
 
     workloads: list[_Workload] = []
     finished_before = 0
@@ -190,12 +216,39 @@ def tune(options: TuneOptions, store: Store, reporter: Reporter | None = None,
         if pool is not None:
             pool.close()
 
-    provenance_base = _provenance(options, sample, run_id, backend)
+    provenance_base = _provenance(options, sample, sample_id, run_id, backend)
     results = [_recommend(options, store, run_id, w, provenance_base) for w in workloads]
     for r in results:
         rep.workload_finished(r)
     store.set_run_status(run_id, "finished")
-    return TuneResult(run_id=run_id, status="finished", resumed=resumed, workloads=results)
+    return TuneResult(run_id=run_id, status="finished", resumed=resumed, workloads=results,
+                      skipped=skipped)
+
+
+def _drift_filter(store: Store, groups: dict[str, list[Request]]
+                  ) -> tuple[dict[str, list[Request]], list[tuple[str, str]]]:
+    """Workloads to re-tune (drifted first, then new ones) and those skipped, with why."""
+    drifted: dict[str, list[Request]] = {}
+    new: dict[str, list[Request]] = {}
+    skipped: list[tuple[str, str]] = []
+    for name, reqs in groups.items():
+        active = store.active_recommendation(name)
+        traffic = (active or {}).get("provenance", {}).get("traffic") or {}
+        sample_id = traffic.get("sample_id")
+        if active is None or sample_id is None:
+            new[name] = reqs
+            continue
+        ref = store.sample(int(sample_id))["workloads"].get(name, {}).get("drift_reference")
+        if not ref:
+            new[name] = reqs
+            continue
+        verdict = compare(name, reqs, ref)
+        if verdict.drifted:
+            drifted[name] = reqs
+            log.info("%s: %s", name, verdict.explain())
+        else:
+            skipped.append((name, verdict.explain()))
+    return {**drifted, **new}, skipped
 
 
 def _backend_options(options: TuneOptions) -> dict[str, Any]:
@@ -283,7 +336,7 @@ def _finish_trial(options: TuneOptions, store: Store, run_id: str, w: _Workload,
     rep.trial_finished(w.name, s, outcome, error)
 
 
-def _provenance(options: TuneOptions, sample: LoadedSample, run_id: str,
+def _provenance(options: TuneOptions, sample: LoadedSample, sample_id: int, run_id: str,
                 backend: Backend) -> dict[str, Any]:
     policy = options.policy
     described = backend.describe()
@@ -295,7 +348,7 @@ def _provenance(options: TuneOptions, sample: LoadedSample, run_id: str,
         "method": policy.serve.method,
         "vllm_version": described.get("vllm_version"),
         "hardware": described.get("hardware") or described.get("profile"),
-        "traffic": {"path": str(sample.path), "sha256": sample.sha256,
+        "traffic": {"path": str(sample.path), "sha256": sample.sha256, "sample_id": sample_id,
                     "size_bytes": sample.size_bytes, "requests": len(sample.requests)},
         "policy": {"name": policy.name, "sha256": policy.sha256()},
         "run": run_id,
