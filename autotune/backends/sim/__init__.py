@@ -14,6 +14,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from autotune.backends.sim._benchmarks import (
+    BENCHMARKS,
+    SEED_TABLE,
+    seed_benchmark_requests,
+    seed_table,
+    seed_table_errors,
+)
 from autotune.backends.sim._cost import StepCost
 from autotune.backends.sim._engine import EngineConfig, replay
 from autotune.backends.sim._generate import LENGTHS, LengthModel, generate_requests
@@ -23,9 +30,11 @@ from autotune.errors import BackendError, ConfigError, TrialFailed
 from autotune.types import Measurement, Progress, ReplaySchedule, ServeSpec, TrialConfig
 
 __all__ = [
+    "BENCHMARKS",
     "DEFAULT_DRAFTER",
     "DEFAULT_PROFILE",
     "LENGTHS",
+    "SEED_TABLE",
     "SIM_VERSION",
     "LengthModel",
     "SimBackend",
@@ -34,6 +43,9 @@ __all__ = [
     "generate_requests",
     "known_drafters",
     "known_profiles",
+    "seed_benchmark_requests",
+    "seed_table",
+    "seed_table_errors",
 ]
 
 SIM_VERSION = "0.1.0"

@@ -299,6 +299,7 @@ class _Replay:
         wall0 = time.perf_counter()
         last_report = wall0
         now = 0.0
+        loops = 0
         trace = self.schedule.mode == "trace"
         while True:
             self._arrive(now)
@@ -312,9 +313,13 @@ class _Replay:
                 if self.incoming.exhausted:
                     break
                 continue
-            now += self._step(now)
-            self.steps += 1
-            if self.progress is not None and (self.steps & 255) == 0:
+            dt = self._macro(now)
+            if dt is None:
+                dt = self._step(now)
+                self.steps += 1
+            now += dt
+            loops += 1
+            if self.progress is not None and (loops & 255) == 0:
                 wall = time.perf_counter()
                 if wall - last_report > 0.25:
                     last_report = wall
@@ -322,6 +327,92 @@ class _Replay:
         if self.progress is not None:
             self.progress(self.finished, self.total if self.total is not None else self.finished)
         return self._measurement(time.perf_counter() - wall0)
+
+    def _macro(self, now: float) -> float | None:
+        """Several steady decode steps at once, when the batch cannot change in between.
+
+        Applies when every running request is decoding, no waiting request could be admitted,
+        and adaptive verification is off: then the rows, their token counts and the step's
+        cost structure stay fixed until the first request can finish (no row can emit more
+        than n+1 tokens per step), the next arrival, or the KV cache runs short. The draws
+        and bookkeeping are the single-step ones, vectorised over (steps, rows).
+        """
+        cfg = self.cfg
+        R = self.running
+        B = R.n
+        n = cfg.window
+        per = 1 + n
+        if cfg.adaptive or B == 0 or B * per > cfg.max_num_batched_tokens:
+            return None
+        if (self.waiting and cfg.max_num_seqs > B
+                and cfg.max_num_batched_tokens > B * per):
+            return None
+        if np.any(R.done[:B] < R.need[:B]):
+            return None
+        owe = R.out[:B] - R.gen[:B]
+        K = min(int((int(owe.min()) + per - 1) // per), 512)
+        if K < 2:
+            return None
+        if n > 0:
+            z = self.rand.normal(K * B).reshape(K, B) * R.sd[:B]
+            eps = self.rand.logistic(K * B * n).reshape(K, B, n)
+            ok = eps < R.true[:B, :n][None, :, :] + z[:, :, None]
+            acc = np.cumprod(ok, axis=2).sum(axis=2)
+        else:
+            acc = np.zeros((K, B), dtype=np.int64)
+        adv = acc + 1
+        kv_before = np.empty((K, B), dtype=np.int64)
+        kv_before[0] = R.kv[:B]
+        np.cumsum(adv[:-1], axis=0, out=kv_before[1:])
+        kv_before[1:] += R.kv[:B]
+        bs = cfg.kv_block_size
+        need_blocks = (kv_before + (per + bs - 1)) // bs
+        extra = np.maximum(need_blocks - R.blocks[:B], 0).sum(axis=1)
+        const = cfg.cost.target(B * per, 0.0, 0.0)
+        if cfg.drafter is not None and n > 0:
+            const += cfg.drafter.draft_time(n, B, 0)
+        dt = const + cfg.cost.cost.kv_token_s * kv_before.sum(axis=1)
+        ends = now + np.cumsum(dt)
+        k_eff = K
+        if self.schedule.mode == "trace":
+            k_eff = min(k_eff, int(np.searchsorted(ends - dt, self.incoming.peek_time(), "left")))
+        k_eff = min(k_eff, int(np.searchsorted(extra, self.free_blocks, "right")))
+        if k_eff < 1:
+            return None
+        if k_eff < K:
+            acc, adv, dt, ends = acc[:k_eff], adv[:k_eff], dt[:k_eff], ends[:k_eff]
+        emit = adv.copy()
+        over = emit.sum(axis=0) - owe
+        if np.any(over > 0):
+            emit[-1] -= np.maximum(over, 0)
+        end = float(ends[-1])
+        R.gen[:B] += emit.sum(axis=0)
+        R.kv[:B] += adv.sum(axis=0)
+        np.maximum(R.blocks[:B], need_blocks[k_eff - 1], out=R.blocks[:B])
+        self.free_blocks -= int(extra[k_eff - 1])
+        used = cfg.kv_blocks - self.free_blocks
+        if used > self.peak_blocks:
+            self.peak_blocks = used
+        meas = R.measured[:B]
+        nm = int(meas.sum())
+        if nm:
+            if n > 0:
+                self.hist += np.bincount((acc[:, meas] + n * (n + 1)).ravel(),
+                                         minlength=self.hist.size)
+            self.itl.extend(ends[0] - R.last_t[:B][meas])
+            if k_eff > 1:
+                self.itl.extend(np.repeat(dt[1:], nm))
+        if self.on_emit is not None:
+            for k in range(k_eff):
+                self.on_emit(R.seq[:B].copy(), emit[k], float(ends[k]))
+        R.last_t[:B] = end
+        self.steps += k_eff
+        self.batch_sum += k_eff * B
+        self.step_time_sum += float(dt.sum())
+        finished = R.gen[:B] >= R.out[:B]
+        if finished.any():
+            self._complete(finished, end)
+        return end - now
 
     def _step(self, now: float) -> float:
         cfg = self.cfg

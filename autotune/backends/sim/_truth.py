@@ -30,12 +30,13 @@ import numpy.typing as npt
 
 from autotune.backends.sim._profile import AcceptancePrior, DrafterProfile, HeadMiscalibration
 
-__all__ = ["HeadMap", "TruthBatch", "hashed_normals", "logit", "request_keys", "sigmoid"]
+__all__ = ["POSITION_SD", "HeadMap", "TruthBatch", "hashed_normals", "logit", "request_keys",
+           "sigmoid"]
 
 FloatArray = npt.NDArray[np.float64]
 _EPS = 1e-6
 #: Position-to-position jitter (logits) of a request's profile around its prior's line.
-_POSITION_SD = 0.15
+POSITION_SD = 0.15
 
 
 def logit(p: FloatArray | float) -> FloatArray:
@@ -140,7 +141,7 @@ def build_truth(drafter: DrafterProfile, head_map: HeadMap, block: int,
             hit = (prior_mean(prior, block), prior)
             cache[w] = hit
         line, prior = hit
-        true[i] = line + prior.request_sd * z_req[i] + _POSITION_SD * z_pos[i]
+        true[i] = line + prior.request_sd * z_req[i] + POSITION_SD * z_pos[i]
         step_sd[i] = prior.step_sd
     head = head_map.predict(true, z_head)
     has_pred = [i for i, p in enumerate(predictions) if p]
