@@ -130,8 +130,8 @@ def _acceptance_block(requests: Sequence[Request]) -> FloatArray | None:
     return surv
 
 
-def _features(requests: Sequence[Request]) -> tuple[FloatArray, FloatArray, int]:
-    """Standardised features, the raw ones, and the number of acceptance columns."""
+def _features(requests: Sequence[Request]) -> tuple[FloatArray, int]:
+    """Standardised, weighted features and the number of acceptance columns."""
     lengths = np.log(np.array([[r.prompt_tokens, r.output_tokens] for r in requests],
                               dtype=float))
     block = _acceptance_block(requests)
@@ -140,7 +140,7 @@ def _features(requests: Sequence[Request]) -> tuple[FloatArray, FloatArray, int]
     z = (raw - raw.mean(axis=0)) / np.where(std > 1e-12, std, 1.0)
     if block is not None:
         z[:, 2:] *= math.sqrt(ACCEPTANCE_WEIGHT / block.shape[1])
-    return z, raw, 0 if block is None else block.shape[1]
+    return z, 0 if block is None else block.shape[1]
 
 
 def _kmeans(z: FloatArray, k: int, rng: np.random.Generator) -> npt.NDArray[np.intp] | None:
@@ -257,7 +257,7 @@ def group_requests(requests: Sequence[Request], seed: int = 0, *, max_groups: in
     if unlabelled:
         todo = [requests[i] for i in unlabelled]
         floor = min_group if min_group is not None else max(10, math.ceil(0.02 * len(todo)))
-        z, _, acc_cols = _features(todo)
+        z, acc_cols = _features(todo)
         features = ("log_prompt_tokens", "log_output_tokens") + (
             (f"survival[1..{acc_cols}]",) if acc_cols else ())
         labels, scores = _choose(z, seed, max_groups, max(1, floor))
