@@ -188,19 +188,33 @@ def traffic() -> None:
 @click.argument("sample", type=click.Path(path_type=Path))
 @_format_option
 @click.option("--skip-invalid", is_flag=True, help="Skip invalid lines (and say how many).")
-def traffic_inspect(sample: Path, fmt: str, skip_invalid: bool) -> None:
+@click.option("--group/--no-group", default=True, show_default=True,
+              help="Group unlabelled requests into workloads as `start` would (loads the "
+                   "sample in memory; --no-group streams it).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the grouping.")
+def traffic_inspect(sample: Path, fmt: str, skip_invalid: bool, group: bool, seed: int) -> None:
     """Per workload: requests, token quantiles, arrival rate, burstiness, acceptance.
+
+    Requests without a workload label are grouped automatically (as `start` does) and the
+    groups are described: how many, by which criterion, and their names.
 
     \b
     Example:
       autotune traffic inspect examples/sample.jsonl --format json
     """
     from autotune.traffic import read_sample
-    from autotune.traffic.summary import summarize
+    from autotune.traffic.grouping import group_requests
+    from autotune.traffic.summary import UNLABELLED, summarize
     from autotune.ui import err, inspect_table, print_json, print_table
 
     reader = read_sample(sample, skip_invalid=skip_invalid)
     rows = [s.as_dict() for s in summarize(reader)]
+    if group and any(r["workload"] == UNLABELLED for r in rows):
+        grouping = group_requests(list(reader), seed)
+        rows = [s.as_dict() for s in summarize(grouping.requests)]
+        info = grouping.as_dict()
+        err.print(f"unlabelled requests grouped automatically: {info.get('k')} group(s)"
+                  f" ({info.get('criterion', '')})")
     if reader.skipped:
         err.print(f"skipped {reader.skipped} invalid lines of {sample}")
         for e in reader.errors[:5]:
