@@ -1,14 +1,18 @@
-"""SQLAlchemy 2 typed models: the tables autotune keeps (DESIGN §9).
+"""SQLAlchemy 2 typed models: the tables autotune keeps (DESIGN §9), at schema head.
 
-traffic_samples ─< workloads
-traffic_samples ─< runs ─< trials
-runs ─< recommendations (one per workload and run; lifecycle candidate → active → retired)
-calibrations (acceptance-head calibration fits, per workload)
+autotune_traffic_samples ─< autotune_workloads
+autotune_traffic_samples ─< autotune_runs ─< autotune_trials
+autotune_runs ─< autotune_recommendations (lifecycle candidate → active → retired)
+autotune_calibrations (acceptance-head calibration fits, per workload)
 
-Tables carry an ``autotune_`` prefix: Optuna's RDB storage keeps its studies in the same
-database and owns unprefixed names such as ``trials`` and ``alembic_version``.
+Every table name starts with ``autotune_``: Optuna keeps its studies in the same database
+(its own ``studies``, ``trials``, ``alembic_version`` ... tables), and revision 0001's unprefixed
+``trials`` collided with Optuna's. Constraints are unnamed here: PostgreSQL names them
+``<table>_pkey``, ``<table>_<columns>_key``, ``<table>_<column>_fkey``, which is what revision
+0002 renames the old ones to, so a database created at head and an upgraded one are identical.
 
-JSON columns hold the value types of ``autotune.types`` in their ``as_dict`` form.
+JSON columns hold the value types of ``autotune.types`` in their ``as_dict`` form. Changing a
+model means adding a revision under ``autotune/store/migrations/versions``.
 """
 
 from __future__ import annotations
@@ -22,14 +26,18 @@ from sqlalchemy import (
     DateTime,
     Float,
     ForeignKey,
+    Index,
     Integer,
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 __all__ = [
+    "REC_STATUSES",
+    "TABLE_PREFIX",
     "Base",
     "Calibration",
     "RecommendationRow",
@@ -40,6 +48,8 @@ __all__ = [
     "utcnow",
 ]
 
+TABLE_PREFIX = "autotune_"
+REC_STATUSES = ("candidate", "active", "retired")
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
@@ -66,8 +76,7 @@ class WorkloadRow(Base):
     __table_args__ = (UniqueConstraint("sample_id", "name"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    sample_id: Mapped[int] = mapped_column(ForeignKey("autotune_traffic_samples.id"),
-                                           index=True)
+    sample_id: Mapped[int] = mapped_column(ForeignKey("autotune_traffic_samples.id"), index=True)
     name: Mapped[str] = mapped_column(String(200))
     requests: Mapped[int] = mapped_column(Integer)
     summary: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
@@ -83,8 +92,7 @@ class RunRow(Base):
     policy_name: Mapped[str] = mapped_column(String(200))
     policy_sha256: Mapped[str] = mapped_column(String(64), index=True)
     policy: Mapped[dict[str, Any]] = mapped_column(JSON)
-    sample_id: Mapped[int] = mapped_column(ForeignKey("autotune_traffic_samples.id"),
-                                           index=True)
+    sample_id: Mapped[int] = mapped_column(ForeignKey("autotune_traffic_samples.id"), index=True)
     seed: Mapped[int] = mapped_column(Integer, default=0)
     options: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
@@ -109,6 +117,7 @@ class TrialRow(Base):
     feasible: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     metrics: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     acceptance_rate: Mapped[float | None] = mapped_column(Float, nullable=True)
+    #: Per measured request: ttft_s, tpot_s, e2e_s, output_tokens, ok (lists of equal length).
     per_request: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     attempts: Mapped[int] = mapped_column(Integer, default=1)
@@ -118,6 +127,12 @@ class TrialRow(Base):
 
 class RecommendationRow(Base):
     __tablename__ = "autotune_recommendations"
+    __table_args__ = (
+        # At most one active recommendation per workload, whoever writes concurrently.
+        Index("ux_autotune_recommendations_one_active", "workload", unique=True,
+              sqlite_where=text("status = 'active'"),
+              postgresql_where=text("status = 'active'")),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     workload: Mapped[str] = mapped_column(String(200), index=True)
@@ -127,6 +142,7 @@ class RecommendationRow(Base):
     serve: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     objective: Mapped[str] = mapped_column(String(64))
     value: Mapped[float] = mapped_column(Float)
+    #: 95% bootstrap CI of ``value`` over the trial's requests.
     value_ci_low: Mapped[float | None] = mapped_column(Float, nullable=True)
     value_ci_high: Mapped[float | None] = mapped_column(Float, nullable=True)
     baseline_value: Mapped[float | None] = mapped_column(Float, nullable=True)
@@ -138,6 +154,15 @@ class RecommendationRow(Base):
     reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     retired_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # Revision 0002: the significance test against the recommendation that was active.
+    #: Relative improvement of the objective over ``compared_with_id`` (0.05 = +5%).
+    gain: Mapped[float | None] = mapped_column(Float, nullable=True)
+    gain_ci_low: Mapped[float | None] = mapped_column(Float, nullable=True)
+    gain_ci_high: Mapped[float | None] = mapped_column(Float, nullable=True)
+    compared_with_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    #: The recommendation that replaced this one (set when it retires).
+    retired_by_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    promoted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
 class Calibration(Base):

@@ -2,24 +2,26 @@
 
 Writers (the tuning pass) and readers (``runs``, ``trials``, ``recommendations``, ``export``)
 may run at the same time: each call opens its own short transaction, so a reader sees whole
-trials and whole recommendations, never half of one.
+trials and whole recommendations, never half of one, and never a workload with two active
+recommendations or none between a retirement and a promotion (both happen in one transaction).
+Opening a store creates or upgrades its schema (:mod:`autotune.store.schema`).
 """
 
 from __future__ import annotations
 
 import secrets
+import zlib
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine, inspect, select, update
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
-from sqlalchemy.orm import sessionmaker
+from sqlalchemy import Engine, select, text, update
+from sqlalchemy.orm import Session, defer, sessionmaker
 
 from autotune.errors import StoreError
-from autotune.store.engine import describe_db_error, make_engine, redact, resolve_url, session_scope
+from autotune.store.engine import WRITE, make_engine, resolve_url, session_scope
 from autotune.store.models import (
-    Base,
     Calibration,
     RecommendationRow,
     RunRow,
@@ -41,6 +43,10 @@ def new_run_id(now: datetime | None = None) -> str:
     return f"{t:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
 
 
+def _pair(low: float | None, high: float | None) -> list[float] | None:
+    return [low, high] if low is not None and high is not None else None
+
+
 def _iso(t: datetime | None) -> str | None:
     if t is None:
         return None
@@ -55,32 +61,40 @@ class Store:
     def __init__(self, engine: Engine, url: str) -> None:
         self.engine = engine
         self.url = url
-        self._sessions = sessionmaker(engine, expire_on_commit=False)
+        self._reads = sessionmaker(engine, expire_on_commit=False)
+        self._writes = sessionmaker(engine.execution_options(**{WRITE: True}),
+                                    expire_on_commit=False)
 
     @classmethod
     def open(cls, url: str | None = None, *, create: bool = True) -> Store:
-        """Connect; create the schema on first use of an empty database."""
+        """Connect; create the schema of an empty database, upgrade an older one.
+
+        ``create=False`` refuses a database that is not at the current schema instead (the
+        message names ``autotune db upgrade``). Errors are :class:`StoreError`, one line.
+        """
+        from autotune.store.schema import ensure_schema
+
         resolved = resolve_url(url)
         engine = make_engine(resolved)
-        store = cls(engine, resolved)
         try:
-            with engine.connect() as conn:
-                tables = set(inspect(conn).get_table_names())
-            if create and not {"autotune_runs", "autotune_trials", "autotune_recommendations"} <= tables:
-                Base.metadata.create_all(engine)
-        except DBAPIError as e:
-            raise StoreError(describe_db_error(resolved, e)) from e
-        except SQLAlchemyError as e:
-            raise StoreError(f"database {redact(resolved)}: {e}") from e
-        return store
+            ensure_schema(engine, resolved, upgrade=create)
+        except BaseException:
+            engine.dispose()
+            raise
+        return cls(engine, resolved)
 
     @property
     def optuna_url(self) -> str:
         """Optuna's RDB storage lives in the same database (optuna-dashboard can open it)."""
         return self.url
 
-    def session(self) -> Any:
-        return session_scope(self._sessions, self.url)
+    def session(self) -> AbstractContextManager[Session]:
+        """A write transaction (SQLite: ``BEGIN IMMEDIATE``); commits on success."""
+        return session_scope(self._writes, self.url)
+
+    def _read(self) -> AbstractContextManager[Session]:
+        """A read transaction: one consistent snapshot, never blocked by a writer."""
+        return session_scope(self._reads, self.url)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -103,7 +117,7 @@ class Store:
             return row.id
 
     def sample(self, sample_id: int) -> dict[str, Any]:
-        with self.session() as s:
+        with self._read() as s:
             row = s.get(TrafficSampleRow, sample_id)
             if row is None:
                 raise StoreError(f"no traffic sample with id {sample_id}")
@@ -126,7 +140,7 @@ class Store:
     def resumable_run(self, *, backend: str, policy_sha256: str, sample_id: int,
                       seed: int) -> str | None:
         """The newest unfinished run (running or interrupted) with the same inputs, if any."""
-        with self.session() as s:
+        with self._read() as s:
             return s.scalar(
                 select(RunRow.id)
                 .where(RunRow.backend == backend, RunRow.policy_sha256 == policy_sha256,
@@ -145,7 +159,7 @@ class Store:
 
     def runs(self, limit: int | None = None) -> list[dict[str, Any]]:
         """Runs, newest first, in the DESIGN §4 JSON shape."""
-        with self.session() as s:
+        with self._read() as s:
             q = (select(RunRow, TrafficSampleRow)
                  .join(TrafficSampleRow, RunRow.sample_id == TrafficSampleRow.id)
                  .order_by(RunRow.started_at.desc(), RunRow.id.desc()))
@@ -154,7 +168,7 @@ class Store:
             return [self._run_view(run, sample) for run, sample in s.execute(q).all()]
 
     def run(self, run_id: str) -> dict[str, Any]:
-        with self.session() as s:
+        with self._read() as s:
             run = s.get(RunRow, run_id)
             if run is None:
                 raise StoreError(f"no run {run_id!r}; list runs with: autotune runs")
@@ -216,13 +230,21 @@ class Store:
     def trials(self, run_id: str | None = None, workload: str | None = None,
                *, with_requests: bool = False) -> list[dict[str, Any]]:
         """Trials in the DESIGN §4 JSON shape, oldest first."""
-        with self.session() as s:
+        with self._read() as s:
             q = select(TrialRow).order_by(TrialRow.run_id, TrialRow.workload, TrialRow.number)
             if run_id:
                 q = q.where(TrialRow.run_id == run_id)
             if workload:
                 q = q.where(TrialRow.workload == workload)
+            if not with_requests:
+                q = q.options(defer(TrialRow.per_request))
             return [self._trial_view(t, with_requests) for t in s.scalars(q)]
+
+    def trial(self, trial_id: int, *, with_requests: bool = True) -> dict[str, Any] | None:
+        """One trial by its id (with its per-request measurements), or None."""
+        with self._read() as s:
+            row = s.get(TrialRow, trial_id)
+            return self._trial_view(row, with_requests) if row is not None else None
 
     @staticmethod
     def _trial_view(t: TrialRow, with_requests: bool) -> dict[str, Any]:
@@ -254,40 +276,77 @@ class Store:
                            baseline_value: float | None, run_id: str, trial_id: int | None,
                            backend: str, provenance: Mapping[str, Any],
                            value_ci: tuple[float, float] | None = None,
-                           promote: bool, reason: str) -> dict[str, Any]:
-        """Add a recommendation; with ``promote`` it becomes active and the old one retires."""
+                           promote: bool, reason: str, gain: float | None = None,
+                           gain_ci: tuple[float, float] | None = None,
+                           compared_with: int | None = None,
+                           check_active: bool = False) -> dict[str, Any]:
+        """Add a recommendation; with ``promote`` it becomes active and the old one retires.
+
+        ``gain``/``gain_ci`` are the relative improvement over recommendation ``compared_with``
+        (the active one when the decision was made). With ``check_active`` the promotion only
+        happens if ``compared_with`` is still the active one when this transaction runs (another
+        process may have promoted meanwhile); otherwise the row stays a candidate and its reason
+        says so. Retirement and promotion commit together: a reader sees one active or the
+        other, never both or neither.
+        """
         speedup = value / baseline_value if baseline_value else None
         with self.session() as s:
-            if promote:
-                s.execute(update(RecommendationRow)
-                          .where(RecommendationRow.workload == workload,
-                                 RecommendationRow.status == "active")
-                          .values(status="retired", retired_at=utcnow()))
+            if promote and s.bind is not None and s.bind.dialect.name == "postgresql":
+                key = zlib.crc32(f"autotune:{workload}".encode())
+                s.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
+            active = s.scalar(select(RecommendationRow)
+                              .where(RecommendationRow.workload == workload,
+                                     RecommendationRow.status == "active")
+                              .order_by(RecommendationRow.id.desc()).limit(1))
+            active_id = active.id if active is not None else None
+            if promote and check_active and active_id != compared_with:
+                promote = False
+                reason = (f"{reason}; not promoted: the active recommendation changed to "
+                          f"#{active_id} while this run decided (compared with "
+                          f"#{compared_with})")
             row = RecommendationRow(
-                workload=workload, status="active" if promote else "candidate",
-                config=dict(config),
+                workload=workload, status="candidate", config=dict(config),
                 speculative_config=dict(speculative_config) if speculative_config else None,
                 serve=dict(serve), objective=objective, value=value,
                 value_ci_low=value_ci[0] if value_ci else None,
                 value_ci_high=value_ci[1] if value_ci else None,
                 baseline_value=baseline_value, speedup_vs_baseline=speedup, run_id=run_id,
-                trial_id=trial_id, backend=backend, provenance=dict(provenance), reason=reason)
+                trial_id=trial_id, backend=backend, provenance=dict(provenance), reason=reason,
+                gain=gain, gain_ci_low=gain_ci[0] if gain_ci else None,
+                gain_ci_high=gain_ci[1] if gain_ci else None, compared_with_id=compared_with)
             s.add(row)
             s.flush()
+            if promote:
+                now = utcnow()
+                s.execute(update(RecommendationRow)
+                          .where(RecommendationRow.workload == workload,
+                                 RecommendationRow.status == "active")
+                          .values(status="retired", retired_at=now, retired_by_id=row.id))
+                s.execute(update(RecommendationRow).where(RecommendationRow.id == row.id)
+                          .values(status="active", promoted_at=now))
+                s.refresh(row)
             return self._rec_view(row)
 
     def active_recommendation(self, workload: str) -> dict[str, Any] | None:
-        with self.session() as s:
+        with self._read() as s:
             row = s.scalar(select(RecommendationRow)
                            .where(RecommendationRow.workload == workload,
                                   RecommendationRow.status == "active")
                            .order_by(RecommendationRow.id.desc()).limit(1))
             return self._rec_view(row) if row else None
 
+    def recommendation(self, rec_id: int) -> dict[str, Any]:
+        with self._read() as s:
+            row = s.get(RecommendationRow, rec_id)
+            if row is None:
+                raise StoreError(f"no recommendation #{rec_id}; list them with: autotune "
+                                 "recommendations --history")
+            return self._rec_view(row)
+
     def recommendations(self, workload: str | None = None, *, history: bool = False,
                         run_id: str | None = None) -> list[dict[str, Any]]:
         """Active recommendations (all of them, newest first, with ``history``)."""
-        with self.session() as s:
+        with self._read() as s:
             q = select(RecommendationRow).order_by(RecommendationRow.workload,
                                                    RecommendationRow.id.desc())
             if workload:
@@ -300,6 +359,8 @@ class Store:
 
     @staticmethod
     def _rec_view(r: RecommendationRow) -> dict[str, Any]:
+        """DESIGN §4's recommendation: the decision, its statistics and its provenance."""
+        p = r.provenance or {}
         return {
             "id": r.id,
             "workload": r.workload,
@@ -309,19 +370,29 @@ class Store:
             "serve": r.serve,
             "objective": r.objective,
             "value": r.value,
-            "value_ci": ([r.value_ci_low, r.value_ci_high]
-                         if r.value_ci_low is not None else None),
+            "value_ci": _pair(r.value_ci_low, r.value_ci_high),
             "baseline_value": r.baseline_value,
             "speedup_vs_baseline": r.speedup_vs_baseline,
+            "gain": r.gain,
+            "gain_ci": _pair(r.gain_ci_low, r.gain_ci_high),
+            "compared_with": r.compared_with_id,
             "run": r.run_id,
             "trial_id": r.trial_id,
             "backend": r.backend,
-            "traffic": r.provenance.get("traffic"),
-            "policy": r.provenance.get("policy"),
-            "provenance": r.provenance,
+            "model": p.get("model") or (r.serve or {}).get("model"),
+            "draft_model": p.get("draft_model", (r.serve or {}).get("draft_model")),
+            "vllm_version": p.get("vllm_version"),
+            "hardware": p.get("hardware"),
+            "profile": p.get("profile"),
+            "traffic": p.get("traffic"),
+            "policy": p.get("policy"),
+            "acceptance": p.get("acceptance"),
+            "provenance": p,
             "reason": r.reason,
             "created_at": _iso(r.created_at),
+            "promoted_at": _iso(r.promoted_at),
             "retired_at": _iso(r.retired_at),
+            "retired_by": r.retired_by_id,
         }
 
     # ---- calibrations --------------------------------------------------------------------

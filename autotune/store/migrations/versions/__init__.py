@@ -1,0 +1,1 @@
+"""Revisions of autotune's schema, one module each, named ``NNNN_what.py``."""
