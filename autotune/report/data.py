@@ -193,6 +193,14 @@ class WorkloadReport:
                                    feasible=bool(feasible), trial=best))
         return out
 
+    def relative(self) -> list[tuple[TrialPoint, float]]:
+        """Every measured trial with a window, and its value divided by the baseline's."""
+        base = self.baseline
+        if base is None or not base.value:
+            return []
+        return [(t, (t.value or 0.0) / base.value) for t in self.measured
+                if t.window is not None]
+
     def history(self) -> list[HistoryPoint]:
         """Trials in the order the search ran them, with the best feasible value so far."""
         out = []

@@ -74,6 +74,7 @@ def speedup_chart(data: ReportData) -> Chart:
     go, _ = _plotly()
     fig = go.Figure()
     no_baseline = []
+    count = len(data.workloads)
     for i, w in enumerate(data.workloads):
         points = w.by_window()
         if not points:
@@ -81,8 +82,16 @@ def speedup_chart(data: ReportData) -> Chart:
         if points[0].speedup is None:
             no_baseline.append(w.name)
             continue
+        dx = (i - (count - 1) / 2) * 0.08  # side by side, so workloads do not hide each other
+        every = w.relative()
         fig.add_trace(go.Scatter(
-            x=[p.window for p in points], y=[p.speedup for p in points], name=w.name,
+            x=[(t.window or 0) + dx for t, _ in every], y=[r for _, r in every],
+            name=f"{w.name}: every trial", legendgroup=w.name, showlegend=False,
+            mode="markers", marker={"size": 6, "color": _color(i), "opacity": 0.35},
+            hovertext=[_hover(t, data.objective) for t, _ in every], hoverinfo="text"))
+        fig.add_trace(go.Scatter(
+            x=[p.window + dx for p in points], y=[p.speedup for p in points], name=w.name,
+            legendgroup=w.name,
             mode="lines+markers", line={"color": _color(i), "width": 2},
             marker={"size": 10, "symbol": ["circle" if p.feasible else "circle-open"
                                            for p in points]},
@@ -95,8 +104,10 @@ def speedup_chart(data: ReportData) -> Chart:
             yaxis={"title": f"best {data.objective} ÷ baseline's"})
     caption = (f"Per workload and draft window: the best {data.objective} measured at that "
                "window (any batching, adaptive verification on or off) divided by the run's "
-               "baseline trial. Filled markers meet the SLOs; open markers mean no trial at "
-               "that window did, and the best one is shown.")
+               "baseline trial; faint dots are every trial. Filled markers meet the SLOs; open "
+               "markers mean no trial at that window did, and the best one is shown. A dip "
+               "at a window the search sampled only with poor batching says little about the "
+               "window itself: hover the points for their configurations.")
     if no_baseline:
         caption += (" Not drawn (no measured baseline trial): " + ", ".join(no_baseline) + ".")
     return Chart("speedup-vs-window", "Speedup vs draft window, per workload", caption, fig)

@@ -40,6 +40,7 @@ th{background:#f1f3f6;font-weight:600;white-space:nowrap}
 td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 .status{display:inline-block;padding:1px 7px;border-radius:9px;font-size:12px;color:#fff}
 .active{background:#2e8b57}.candidate{background:#b7791f}.retired{background:#7a828c}
+td.reason{min-width:240px}
 .bad{color:#b03a2e}.ok{color:#2e8b57}
 details{margin:2px 0}summary{cursor:pointer;color:#2858a8}
 pre{background:#f4f5f7;padding:8px;border-radius:4px;overflow-x:auto;font-size:12px;margin:4px 0}
@@ -160,7 +161,7 @@ def _recommendation_row(rec: Mapping[str, Any]) -> str:
         f'<td class="num">{_num(speedup, 3) + "x" if speedup is not None else "n/a"}</td>'
         f'<td class="num">{_num(acc.get("predicted_tokens_per_step"), 3)} → '
         f'{_num(acc.get("measured_tokens_per_step"), 3)}</td>'
-        f"<td>{slo}</td><td>{_e(rec.get('reason'))}{_provenance(rec)}</td></tr>")
+        f'<td>{slo}</td><td class="reason">{_e(rec.get("reason"))}{_provenance(rec)}</td></tr>')
 
 
 def _recommendations(data: ReportData) -> str:

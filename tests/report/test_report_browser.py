@@ -34,8 +34,9 @@ def test_chromium_draws_every_chart_with_every_point(filled: FilledRun, tmp_path
     rec_window = {w: next(p["num_speculative_tokens"] for n, p, _, _ in filled.trials[w]
                           if n == filled.recommended[w]) for w in filled.trials}
 
-    # one marker per (workload, window)
-    assert drawn.points["speedup-vs-window-plot"] == sum(len(v) for v in windows.values())
+    # one marker per (workload, window), and a faint one per measured trial
+    assert drawn.points["speedup-vs-window-plot"] == sum(len(v) for v in windows.values()) \
+        + sum(len(v) for v in measured.values())
     # two windows for every published row
     assert drawn.points["seed-table-plot"] == sum(len(r.speedup) for r in SEED_TABLE)
     # every measured trial, plus the recommended star per workload; one front line each

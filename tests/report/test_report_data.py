@@ -79,6 +79,8 @@ def test_window_points_are_the_best_feasible_trial_per_window(filled: FilledRun)
             assert pt.feasible == bool(ok)
             assert pt.value == pytest.approx(best)
             assert pt.speedup == pytest.approx(best / base["goodput"])
+        relative = sorted(r for _, r in w.relative())
+        assert relative == pytest.approx(sorted(m["goodput"] / base["goodput"] for _, m in rows))
 
 
 def test_history_keeps_the_running_best_feasible_value(filled: FilledRun) -> None:
