@@ -1,10 +1,10 @@
-"""Pacing: make every replay of a backend take at least a given wall-clock time.
+"""Pacing: make every trial of a backend take at least a given wall-clock time.
 
-The simulator replays an hour of traffic in seconds, so running its trials on several replicas
-saves little; a paced backend makes each replay last as long as a real server's would (a fixed
-floor per trial), which is what the parallel benchmark and the fault tests need: trials that
-take real time, so parallelism matters and a replica can be killed mid-trial. The measurement
-itself is unchanged.
+The simulator replays an hour of traffic in well under a second, so running its trials on
+several replicas saves little; a paced backend makes each trial (from ``start`` to ``stop`` of
+its replica, however many replays it runs) last at least as long as a short real one would,
+which is what the parallel benchmark and the fault tests need: trials that take real time, so
+parallelism matters and a replica can be killed mid-trial. The measurements are unchanged.
 """
 
 from __future__ import annotations
@@ -20,40 +20,43 @@ __all__ = ["PacedBackend", "paced"]
 
 
 class _PacedReplica:
-    def __init__(self, inner: Replica, min_replay_s: float) -> None:
+    def __init__(self, inner: Replica, until: float) -> None:
         self.inner = inner
         self.config = inner.config
-        self.min_replay_s = min_replay_s
+        self._until = until
+        self._stopped = False
 
     def replay(self, schedule: ReplaySchedule, progress: Progress | None = None) -> Measurement:
-        t0 = time.monotonic()
-        m = self.inner.replay(schedule, progress)
-        left = self.min_replay_s - (time.monotonic() - t0)
-        if left > 0:
-            time.sleep(left)
-        return m
+        return self.inner.replay(schedule, progress)
 
     def stop(self) -> None:
+        if not self._stopped:
+            self._stopped = True
+            left = self._until - time.monotonic()
+            if left > 0:
+                time.sleep(left)
         self.inner.stop()
 
 
 class PacedBackend:
-    """Wraps a backend so that each ``replay`` takes at least ``min_replay_s`` seconds."""
+    """Wraps a backend so that each replica lives at least ``min_trial_s`` seconds: ``stop``
+    waits out the rest of that time."""
 
-    def __init__(self, inner: Backend, min_replay_s: float) -> None:
-        if not min_replay_s >= 0:
-            raise ConfigError(f"min_replay_s must be >= 0 seconds, got {min_replay_s}")
+    def __init__(self, inner: Backend, min_trial_s: float) -> None:
+        if not min_trial_s >= 0:
+            raise ConfigError(f"min_trial_s must be >= 0 seconds, got {min_trial_s}")
         self.inner = inner
         self.kind = inner.kind
-        self.min_replay_s = min_replay_s
+        self.min_trial_s = min_trial_s
 
     def start(self, config: TrialConfig) -> Replica:
-        return _PacedReplica(self.inner.start(config), self.min_replay_s)
+        until = time.monotonic() + self.min_trial_s
+        return _PacedReplica(self.inner.start(config), until)
 
     def describe(self) -> dict[str, Any]:
-        return {**self.inner.describe(), "paced_min_replay_s": self.min_replay_s}
+        return {**self.inner.describe(), "paced_min_trial_s": self.min_trial_s}
 
 
-def paced(backend: Backend, min_replay_s: float) -> Backend:
-    """``backend`` itself when ``min_replay_s`` is 0, else a :class:`PacedBackend`."""
-    return PacedBackend(backend, min_replay_s) if min_replay_s > 0 else backend
+def paced(backend: Backend, min_trial_s: float) -> Backend:
+    """``backend`` itself when ``min_trial_s`` is 0, else a :class:`PacedBackend`."""
+    return PacedBackend(backend, min_trial_s) if min_trial_s > 0 else backend

@@ -191,9 +191,9 @@ def reserve(shape: ReplicaShape, count: int, timeout_s: float, name: str = "auto
             raise BackendError(
                 f"reserved only {len(ready)} of {count} {shape.kind} replicas "
                 f"({shape.describe()} each) within {timeout_s:g} s: the cluster has room for "
-                f"them but only {_amounts(available) if any(available.values()) else 'nothing'}"
-                " is free now (the rest is held by other jobs or placement groups; see `ray "
-                "status`). Fix: wait for them to finish, or pass a smaller --replicas")
+                f"them in total, but only {_amounts(available)} are free now (the rest is held "
+                "by other jobs or placement groups; see `ray status`). Fix: wait for them to "
+                "finish, or pass a smaller --replicas")
     except BaseException:
         release(groups)
         raise

@@ -31,6 +31,7 @@ import math
 import os
 import socket
 import time
+import uuid
 from collections import deque
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field, replace
@@ -62,8 +63,8 @@ class RaySettings:
 
     ``replicas`` None means the default: for ``sim`` the local core count, for ``vllm`` as many
     as the cluster holds (``1`` when ``serve.gpus_per_replica`` is 0). ``address`` None: join
-    ``$RAY_ADDRESS`` if set, else start a local Ray for the pass. ``min_replay_s`` paces every
-    replay to take at least that long (tests and benchmarks of the simulator).
+    ``$RAY_ADDRESS`` if set, else start a local Ray for the pass. ``min_trial_s`` paces every
+    trial to take at least that long (tests and benchmarks of the simulator).
     """
 
     kind: str
@@ -76,7 +77,7 @@ class RaySettings:
     max_retries: int = 2
     drain_after: int = 2
     ready_timeout_s: float = 120.0
-    min_replay_s: float = 0.0
+    min_trial_s: float = 0.0
 
 
 def _local_cores() -> int:
@@ -103,7 +104,7 @@ def open_pool(s: RaySettings, backend: Backend, progress: Progress | None = None
     """The pool a pass runs on: a SerialPool on ``backend`` when Ray is not needed (see
     :func:`uses_ray`), else a :class:`RayPool` (whose actors build their own backends)."""
     if not uses_ray(s):
-        return SerialPool(paced(backend, s.min_replay_s), progress=progress)
+        return SerialPool(paced(backend, s.min_trial_s), progress=progress)
     return RayPool.open(s)
 
 
@@ -144,12 +145,12 @@ class ReplicaWorker:
     """
 
     def __init__(self, replica_id: str, kind: str, serve: ServeSpec, options: Mapping[str, Any],
-                 seed: int, min_replay_s: float) -> None:
+                 seed: int, min_trial_s: float) -> None:
         ray = _ray()
         gpu_ids = [str(g) for g in ray.get_gpu_ids()]
         if gpu_ids:
             serve = _with_gpus(serve, gpu_ids)
-        self._backend = paced(create_backend(kind, serve, dict(options), seed), min_replay_s)
+        self._backend = paced(create_backend(kind, serve, dict(options), seed), min_trial_s)
         self._info: dict[str, Any] = {
             "replica": replica_id,
             "node": socket.gethostname(),
@@ -242,7 +243,8 @@ class RayPool:
             if wanted is None:
                 wanted = max(1, replicas_fit(shape, nodes))
             check_fit(shape, nodes, wanted)
-            groups = reserve(shape, wanted, s.ready_timeout_s, name=f"autotune-{os.getpid()}")
+            groups = reserve(shape, wanted, s.ready_timeout_s,
+                             name=f"autotune-{uuid.uuid4().hex[:8]}")
             pool = cls(s, shape, groups, owns)
             pool._start()
         except BaseException:
@@ -285,7 +287,7 @@ class RayPool:
         slot.actor = self._remote_cls.options(
             num_cpus=self.shape.cpus, num_gpus=self.shape.gpus, max_restarts=0,
             max_task_retries=0, scheduling_strategy=strategy,
-        ).remote(slot.id, s.kind, s.serve, dict(s.backend_options), s.seed, s.min_replay_s)
+        ).remote(slot.id, s.kind, s.serve, dict(s.backend_options), s.seed, s.min_trial_s)
 
     def close(self) -> None:
         """Kill the actors, free their placement groups, shut down a Ray this pool started."""

@@ -79,7 +79,7 @@ def test_one_sim_replica_without_address_runs_in_process(small_sample: Path) -> 
     assert uses_ray(RaySettings(kind="vllm", serve=serve, replicas=1))  # GPUs come from Ray
     assert not uses_ray(RaySettings(kind="vllm", serve=_serve(0), replicas=1))
     backend = create_backend("sim", serve, policy.sim.model_dump(), 0)
-    pool = open_pool(replace(one, min_replay_s=0.3), backend)
+    pool = open_pool(replace(one, min_trial_s=0.3), backend)
     assert isinstance(pool, SerialPool)
     sample = load_sample(small_sample)
     schedule = policy.replay.schedule(sample.requests[:30], seed=0)
@@ -94,17 +94,22 @@ def test_pacing_keeps_the_measurement(small_sample: Path) -> None:
     policy = load_policy()
     backend = create_backend("sim", policy.serve.spec(), policy.sim.model_dump(), 0)
     assert paced(backend, 0) is backend
-    slow = paced(backend, 0.4)
+    slow = paced(backend, 1.0)
     assert isinstance(slow, PacedBackend) and slow.kind == "sim"
-    assert slow.describe()["paced_min_replay_s"] == 0.4
+    assert slow.describe()["paced_min_trial_s"] == 1.0
     schedule = policy.replay.schedule(load_sample(small_sample).requests[:30], seed=1)
     config = TrialConfig(4, False, 32, 8192)
     plain = backend.start(config).replay(schedule)
-    replica = slow.start(config)
     t0 = time.monotonic()
+    replica = slow.start(config)
     m = replica.replay(schedule)
-    assert time.monotonic() - t0 >= 0.4
+    m2 = replica.replay(schedule)  # several replays in one trial: one floor for the trial
     replica.stop()
+    assert 1.0 <= time.monotonic() - t0 < 2.0  # paced per replay it would be >= 2 s
+    t1 = time.monotonic()
+    replica.stop()  # idempotent, no second wait
+    assert time.monotonic() - t1 < 0.2
+    assert m2.output_tokens.tolist() == m.output_tokens.tolist()
     assert m.output_tokens.tolist() == plain.output_tokens.tolist()
     assert m.e2e_s.tolist() == plain.e2e_s.tolist()
     with pytest.raises(ConfigError):

@@ -1,0 +1,187 @@
+"""The Ray replica pool on the session's local cluster (2 CPUs, 16 logical GPUs)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autotune.errors import BackendError, ConfigError
+from autotune.orchestrate import Reporter, TuneOptions, tune
+from autotune.orchestrate.pool import TrialTask
+from autotune.orchestrate.ray_pool import RayPool, RaySettings
+from autotune.policy import Policy, load_policy
+from autotune.search import Suggestion
+from autotune.store import Store
+from autotune.traffic.load import load_sample
+from autotune.types import ReplaySchedule, TrialConfig
+
+pytestmark = pytest.mark.ray
+
+
+def _sim_settings(policy: Policy, **kw: Any) -> RaySettings:
+    base = RaySettings(kind="sim", serve=policy.serve.spec(),
+                       backend_options=policy.sim.model_dump(), ready_timeout_s=60)
+    return replace(base, **kw)
+
+
+def _schedule(policy: Policy, sample: Path, n: int = 30) -> ReplaySchedule:
+    return policy.replay.schedule(load_sample(sample).requests[:n], seed=0)
+
+
+def _wait_busy(pool: RayPool, key: object, timeout_s: float = 20.0) -> dict[str, Any]:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        for r in pool.replicas():
+            if r["busy"] == key:
+                return r
+        time.sleep(0.05)
+    raise AssertionError(f"no replica picked up trial {key!r}")
+
+
+def test_vllm_replicas_packed_one_per_gpu_bundle(ray_cluster: Any) -> None:
+    policy = load_policy()  # serve.gpus_per_replica: 8
+    settings = RaySettings(kind="vllm", serve=policy.serve.spec(), ready_timeout_s=60)
+    pool = RayPool.open(settings)  # default: as many as the cluster holds
+    try:
+        replicas = pool.replicas()
+        assert len(replicas) == pool.capacity == 2
+        gpu_sets = [set(r["gpu_ids"]) for r in replicas]
+        assert all(len(g) == 8 for g in gpu_sets)
+        assert not gpu_sets[0] & gpu_sets[1]  # each replica has its own 8 GPUs
+        for r in replicas:  # the vLLM servers it launches see exactly those GPUs
+            assert set(r["cuda_visible_devices"].split(",")) == set(r["gpu_ids"])
+
+        t0 = time.monotonic()
+        with pytest.raises(ConfigError) as e:
+            RayPool.open(replace(settings, replicas=3))
+        assert time.monotonic() - t0 < 10
+        msg = str(e.value)
+        assert "24 GPUs" in msg and "16 GPUs" in msg and "at most 2" in msg
+
+        # The GPUs exist but both replicas hold them: a fourth waits, then says what is free.
+        with pytest.raises(BackendError, match="only 0 GPUs and 0 CPUs are free"):
+            RayPool.open(replace(settings, replicas=1, ready_timeout_s=2))
+
+        with pytest.raises(ConfigError, match="no node has that"):
+            RayPool.open(replace(settings, serve=replace(settings.serve,
+                                                         gpus_per_replica=32)))
+    finally:
+        pool.close()
+    assert ray_cluster.is_initialized()  # the pool did not own the session's Ray
+
+
+@pytest.mark.slow
+def test_two_sim_replicas_share_one_run(ray_cluster: Any, small_sample: Path,
+                                        db_url: str, tmp_path: Path) -> None:
+    policy = load_policy(overrides={"budget.trials": 4})
+    store = Store.open(db_url)
+    options = TuneOptions(traffic=small_sample, policy=policy, workloads=["code"],
+                          replicas=2, export_dir=tmp_path / "exports")
+    result = tune(options, store)  # the default pool: Ray, joining the running cluster
+    assert result.status == "finished"
+    trials = store.trials(result.run_id)
+    assert len(trials) == 4
+    assert all(t["state"] == "complete" for t in trials)
+    assert {t["replica"] for t in trials} == {"ray-0", "ray-1"}
+    assert all(t["node"] for t in trials)
+    assert ray_cluster.is_initialized()
+
+
+class _KillOnce(Reporter):
+    """Kills the process of the replica running the first trial, one second into it."""
+
+    def __init__(self) -> None:
+        self.pool: RayPool | None = None
+        self.killed: dict[str, Any] = {}
+        self.errors: list[str | None] = []
+
+    def trial_started(self, workload: str, s: Suggestion, budget: int) -> None:
+        if self.killed or self.pool is None:
+            return
+        self.killed = {"key": (workload, s.number)}
+        threading.Thread(target=self._kill, daemon=True).start()
+
+    def _kill(self) -> None:
+        assert self.pool is not None
+        victim = _wait_busy(self.pool, self.killed["key"])
+        time.sleep(0.5)
+        self.killed.update(victim)
+        os.kill(victim["pid"], signal.SIGKILL)
+
+    def trial_finished(self, workload: str, s: Suggestion, outcome: object,
+                       error: str | None) -> None:
+        self.errors.append(error)
+
+
+@pytest.mark.slow
+def test_killed_replica_trial_is_retried_and_run_completes(
+        ray_cluster: Any, small_sample: Path, db_url: str, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    policy = load_policy(overrides={"budget.trials": 4, "budget.max_retries": 2})
+    reporter = _KillOnce()
+
+    def make_pool(backend: object, rep: Reporter) -> RayPool:
+        reporter.pool = RayPool.open(_sim_settings(policy, replicas=2, min_trial_s=1.5))
+        return reporter.pool
+
+    store = Store.open(db_url)
+    options = TuneOptions(traffic=small_sample, policy=policy, workloads=["code"],
+                          export_dir=tmp_path / "exports")
+    with caplog.at_level(logging.WARNING, logger="autotune.orchestrate.ray_pool"):
+        result = tune(options, store, reporter, pool_factory=make_pool)
+    for rec in caplog.records:
+        print(rec.getMessage())
+    assert result.status == "finished"
+    trials = store.trials(result.run_id)
+    assert len(trials) == 4 and all(t["state"] == "complete" for t in trials)
+    assert reporter.errors == [None] * 4
+    killed = reporter.killed
+    retried = [t for t in trials if ("code", t["number"]) == killed["key"]]
+    assert len(retried) == 1 and retried[0]["attempts"] == 2
+    assert retried[0]["replica"] != killed["replica"]  # ran again on another replica
+    assert all(t["attempts"] == 1 for t in trials if t not in retried)
+    messages = " ".join(r.getMessage() for r in caplog.records)
+    assert f"replica {killed['replica']} on" in messages and "died during trial" in messages
+    assert "restarted as" in messages  # the dead replica was replaced, not lost
+    assert "retrying trial" in messages
+
+
+@pytest.mark.slow
+def test_retries_spent_fail_the_trial_and_dead_replicas_drain(
+        ray_cluster: Any, small_sample: Path) -> None:
+    policy = load_policy()
+    schedule = _schedule(policy, small_sample)
+    pool = RayPool.open(_sim_settings(policy, replicas=2, min_trial_s=1.5, max_retries=0,
+                                      drain_after=1))
+    try:
+        pool.submit(TrialTask("a", TrialConfig(2, False, 32, 8192), schedule))
+        pool.submit(TrialTask("b", TrialConfig(3, False, 32, 8192), schedule))
+        victim = _wait_busy(pool, "a")
+        _wait_busy(pool, "b")
+        os.kill(victim["pid"], signal.SIGKILL)
+        results = {r.key: r for r in (pool.wait(), pool.wait())}
+        a, b = results["a"], results["b"]
+        assert a.measurement is None and a.attempts == 1
+        assert a.error is not None and f"replica {victim['replica']}" in a.error
+        assert "died during trial" in a.error and "max_retries=0" in a.error
+        assert b.error is None and b.measurement is not None
+        assert pool.capacity == 1 and len(pool.drained) == 1  # drained, the run goes on
+
+        pool.submit(TrialTask("c", TrialConfig(4, False, 32, 8192), schedule))
+        last = _wait_busy(pool, "c")
+        assert last["replica"] == b.replica
+        os.kill(last["pid"], signal.SIGKILL)
+        c = pool.wait()
+        assert c.measurement is None and c.error is not None and "died" in c.error
+        with pytest.raises(BackendError, match="every replica of the pool was drained"):
+            _ = pool.capacity
+    finally:
+        pool.close()
