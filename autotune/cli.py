@@ -97,6 +97,17 @@ def cli(verbose: int) -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
+def _ray_address(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is None or value == "auto":
+        return value
+    host, sep, port = value.removeprefix("ray://").rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise click.BadParameter(f"{value!r} is not a Ray address; use auto (the cluster "
+                                 "`ray start` runs on this machine) or HOST:PORT, e.g. "
+                                 "10.0.0.1:6379")
+    return value
+
+
 # ---------------------------------------------------------------------------------- start
 @cli.command()
 @click.option("--traffic", "traffic", required=True, type=click.Path(path_type=Path),
@@ -119,9 +130,17 @@ def cli(verbose: int) -> None:
               help="Daemon: re-tune this often (5s, 30m, 24h), instead of the policy's cron.")
 @click.option("--state-file", type=click.Path(path_type=Path), default=DEFAULT_STATE_FILE,
               show_default=True, help="Daemon: where it records its state (autotune status).")
+@click.option("--replicas", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Replicas running trials in parallel (default: sim, the local cores; vllm, "
+                   "as many as the Ray cluster holds). 1 sim replica without --ray-address "
+                   "runs in this process, without Ray.")
+@click.option("--ray-address", default=None, metavar="auto|HOST:PORT", callback=_ray_address,
+              help="Join this Ray cluster (see docs/ray.md); default: $RAY_ADDRESS, else a "
+                   "local Ray started and stopped with the pass.")
 def start(traffic: Path, policy_path: Path | None, backend: str, db: str | None, once: bool,
           budget_trials: int | None, seed: int, skip_invalid: bool, export_dir: Path,
-          endpoint: str | None, every: float | None, state_file: Path) -> None:
+          endpoint: str | None, every: float | None, state_file: Path, replicas: int | None,
+          ray_address: str | None) -> None:
     """Tune every workload of a traffic sample, store and export the recommendations.
 
     Without --once it keeps running: it re-tunes when the policy's schedule.cron fires (or
@@ -140,7 +159,7 @@ def start(traffic: Path, policy_path: Path | None, backend: str, db: str | None,
     from autotune.ui import RichReporter, err, print_pass
 
     options = _tune_options(traffic, policy_path, backend, budget_trials, seed, skip_invalid,
-                            export_dir, endpoint)
+                            export_dir, endpoint, replicas=replicas, ray_address=ray_address)
     store = _open_store(db)
     if not once:
         daemon = DaemonOptions(tune=options, every_s=every, cron=options.policy.schedule.cron,
@@ -159,7 +178,8 @@ def start(traffic: Path, policy_path: Path | None, backend: str, db: str | None,
 
 def _tune_options(traffic: Path, policy_path: Path | None, backend: str,
                   budget_trials: int | None, seed: int, skip_invalid: bool, export_dir: Path,
-                  endpoint: str | None) -> Any:
+                  endpoint: str | None, *, replicas: int | None = None,
+                  ray_address: str | None = None) -> Any:
     from autotune.orchestrate import TuneOptions
     from autotune.policy import load_policy
     from autotune.ui import err
@@ -175,7 +195,7 @@ def _tune_options(traffic: Path, policy_path: Path | None, backend: str,
                   "server was started with")
     return TuneOptions(traffic=traffic, policy=policy, backend=backend,
                        backend_options=backend_options, seed=seed, skip_invalid=skip_invalid,
-                       export_dir=export_dir)
+                       export_dir=export_dir, replicas=replicas, ray_address=ray_address)
 
 
 # -------------------------------------------------------------------------------- traffic
