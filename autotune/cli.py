@@ -360,10 +360,14 @@ def recommendations(workload: str | None, history: bool, db: str | None, fmt: st
     Example:
       autotune recommendations --workload code --history
     """
+    from autotune.store.lineage import lineage_table
     from autotune.ui import print_json, print_table, recommendations_table
 
     rows = _open_store(db).recommendations(workload, history=history)
-    print_json(rows) if fmt == "json" else print_table(recommendations_table(rows))
+    if fmt == "json":
+        print_json(rows)
+    else:
+        print_table(lineage_table(rows) if history else recommendations_table(rows))
 
 
 @cli.command()
@@ -383,7 +387,7 @@ def export(workload: str, fmt: str, output: Path | None, db: str | None) -> None
       autotune export --workload code
       vllm serve moonshotai/Kimi-K2.6 --speculative-config "$(autotune export --workload code)"
     """
-    from autotune.export import render, write_atomic
+    from autotune.export import render, schedule_note, write_atomic
 
     store = _open_store(db)
     rec = store.active_recommendation(workload)
@@ -394,6 +398,9 @@ def export(workload: str, fmt: str, output: Path | None, db: str | None) -> None
         raise click.BadParameter(f"no active recommendation for {workload!r}; {hint}",
                                  param_hint="--workload")
     text = render(rec, fmt)
+    note = schedule_note(rec) if fmt == "schedule" else None
+    if note:
+        click.echo(f"note: {note}", err=True)
     if output is None:
         sys.stdout.write(text)
     else:
@@ -495,6 +502,29 @@ def nightly(traffic_dir: Path, latest: int, policy_path: Path | None, backend: s
     with stop_signals():
         summary = run_nightly(options, _open_store(db), traffic_dir, latest)
     print_json(summary)
+
+
+# ------------------------------------------------------------------------------------- db
+@cli.group(cls=_Group)
+def db() -> None:
+    """The database: schema migrations."""
+
+
+@db.command("upgrade")
+@_db_option
+def db_upgrade(db: str | None) -> None:
+    """Create or upgrade the database schema to this version's (safe to run again).
+
+    Any command upgrades the embedded SQLite database on first use; run this explicitly for a
+    shared PostgreSQL database, before starting daemons of a new version.
+
+    \b
+    Example:
+      autotune db upgrade --db postgresql+psycopg://autotune@db:5432/autotune
+    """
+    from autotune.store import upgrade
+
+    click.echo(upgrade(db).message(), err=True)
 
 
 def main() -> None:

@@ -4,20 +4,25 @@
   vLLM's ``SpeculativeConfig`` (e.g. ``{"method": "dspark", "model": "novita/kimi-k2.6-dspark",
   "num_speculative_tokens": 5}``).
 - ``vllm-args``: the whole flag list (model, parallelism, speculative config, batching, the
-  policy's extra args), shell-quoted, one command line.
+  policy's extra args) of the measured recommended config, shell-quoted, one command line.
 - ``schedule``: the speculative config plus ``num_speculative_tokens_per_batch_size`` rows
-  ``[start_bs, end_bs, K]`` when the best window shrinks as the batch grows.
+  ``[start_bs, end_bs, K]`` (inclusive ranges from batch size 1 up to the recommended
+  ``max_num_seqs``) when the run's trials show the best window shrinking as the batch grows
+  (:func:`window_schedule`, computed when the recommendation is made); otherwise the plain
+  speculative config, and :func:`schedule_note` says why.
 
 Files are written atomically (temporary file in the same folder, then rename).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 import os
 import shlex
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +31,13 @@ from autotune.types import SPECULATIVE_CONFIG_KEYS
 
 __all__ = [
     "FORMATS",
+    "WindowPoint",
     "render",
+    "schedule_config",
+    "schedule_note",
     "speculative_config",
     "vllm_args",
+    "window_schedule",
     "write_atomic",
 ]
 
@@ -47,24 +56,86 @@ def speculative_config(rec: Mapping[str, Any]) -> dict[str, Any] | None:
     return dict(spec)
 
 
+#: One measured trial as the schedule sees it: (max_num_seqs, window K, objective value,
+#: meets the SLOs).
+WindowPoint = tuple[int, int, float, bool]
+
+
+def window_schedule(points: Iterable[WindowPoint],
+                    max_num_seqs: int) -> tuple[list[list[int]] | None, dict[int, int]]:
+    """Rows ``[start_bs, end_bs, K]`` when the best window shrinks as the batch grows.
+
+    For every ``max_num_seqs`` level measured up to the recommended one, the best window is
+    the K of the level's best trial (among those meeting the SLOs; levels with none are left
+    out). Level L_i with best K_i covers batch sizes (L_{i-1}, L_i], the first from 1 and the
+    last up to ``max_num_seqs``; equal neighbours merge. Rows are returned only when K never
+    grows with the level and does shrink; otherwise None. The second value is the best K per
+    level (what the decision saw).
+    """
+    best: dict[int, tuple[float, int]] = {}
+    for seqs, k, value, feasible in points:
+        if not feasible or seqs > max_num_seqs or not math.isfinite(value):
+            continue
+        if seqs not in best or (value, -k) > (best[seqs][0], -best[seqs][1]):
+            best[seqs] = (value, k)
+    levels = sorted(best)
+    by_level = {level: best[level][1] for level in levels}
+    windows = [by_level[level] for level in levels]
+    shrinks = len(windows) >= 2 and windows[0] > windows[-1] and all(
+        a >= b for a, b in itertools.pairwise(windows))
+    if not shrinks or min(windows) <= 0:
+        return None, by_level
+    rows: list[list[int]] = []
+    start = 1
+    for i, level in enumerate(levels):
+        end = max_num_seqs if i == len(levels) - 1 else level
+        k = by_level[level]
+        if rows and rows[-1][2] == k:
+            rows[-1][1] = end
+        else:
+            rows.append([start, end, k])
+        start = end + 1
+    return rows, by_level
+
+
 def schedule_config(rec: Mapping[str, Any],
                     rows: Sequence[Sequence[int]] | None = None) -> dict[str, Any] | None:
-    """Speculative config with ``num_speculative_tokens_per_batch_size`` when rows are given.
+    """Speculative config with ``num_speculative_tokens_per_batch_size`` when rows exist.
 
-    Rows are ``[start_bs, end_bs, K]``, contiguous from batch size 1, inclusive ranges.
+    Rows are ``[start_bs, end_bs, K]``, contiguous from batch size 1, inclusive ranges;
+    ``num_speculative_tokens`` becomes the largest K (the drafter's window at batch size 1).
     """
     spec = speculative_config(rec)
-    rows = rows if rows is not None else rec.get("provenance", {}).get("window_schedule")
+    rows = rows if rows is not None else (rec.get("provenance") or {}).get("window_schedule")
     if spec is None or not rows:
         return spec
     expected = 1
     for start, end, k in rows:
-        if start != expected or end < start or k < 0:
+        if start != expected or end < start or k < 1:
             raise ExportError(f"window schedule rows must cover batch sizes from 1 contiguously "
-                              f"with start <= end; got {list(rows)}")
+                              f"with start <= end and K >= 1; got {list(rows)}")
         expected = end + 1
-    spec["num_speculative_tokens_per_batch_size"] = [list(r) for r in rows]
+    spec["num_speculative_tokens"] = max(int(r[2]) for r in rows)
+    spec["num_speculative_tokens_per_batch_size"] = [[int(x) for x in r] for r in rows]
     return spec
+
+
+def schedule_note(rec: Mapping[str, Any]) -> str | None:
+    """Why ``--format schedule`` gives the plain config (None when it has a schedule)."""
+    prov = rec.get("provenance") or {}
+    if prov.get("window_schedule") or not rec.get("speculative_config"):
+        return None
+    by_level = prov.get("window_by_max_num_seqs")
+    if not by_level:
+        return (f"no per-batch-size schedule for {rec.get('workload')!r}: its run measured no "
+                "window by max_num_seqs; exporting the plain speculative config")
+    pairs = sorted((int(a), int(b)) for a, b in by_level.items())
+    seen = ", ".join(f"max_num_seqs {level}: K={k}" for level, k in pairs)
+    why = ("a window of 0 (no drafter) is best at some level, and a schedule row needs K >= 1"
+           if any(k <= 0 for _, k in pairs) else
+           "the best window does not shrink as max_num_seqs grows")
+    return (f"no per-batch-size schedule for {rec.get('workload')!r}: {why} in run "
+            f"{rec.get('run')}'s trials ({seen}); exporting the plain speculative config")
 
 
 def vllm_args(rec: Mapping[str, Any]) -> list[str]:
@@ -79,8 +150,7 @@ def vllm_args(rec: Mapping[str, Any]) -> list[str]:
         args += ["--tensor-parallel-size", str(serve["tensor_parallel_size"])]
     if serve.get("max_model_len"):
         args += ["--max-model-len", str(serve["max_model_len"])]
-    spec = schedule_config(rec) if rec.get("provenance", {}).get("window_schedule") else \
-        speculative_config(rec)
+    spec = speculative_config(rec)
     if spec:
         args += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
     args += ["--max-num-seqs", str(config["max_num_seqs"]),

@@ -19,11 +19,12 @@ from typing import Any
 
 from autotune.acceptance import curve_from_predictions
 from autotune.backends import Backend, create_backend
-from autotune.errors import AutotuneError
-from autotune.export import render, write_atomic
+from autotune.errors import AutotuneError, SearchError
+from autotune.export import render, window_schedule, write_atomic
 from autotune.orchestrate.pool import Pool, TrialResult, TrialTask
 from autotune.policy import Policy
 from autotune.search import Outcome, PastTrial, Scored, Searcher, Suggestion, evaluate, select_best
+from autotune.search.significance import Decision, RequestRates, decide, request_rates
 from autotune.store import Store
 from autotune.traffic.drift import compare, reference
 from autotune.traffic.load import LoadedSample, load_sample, split_workloads, workload_requests
@@ -377,18 +378,28 @@ def _recommend(options: TuneOptions, store: Store, run_id: str, w: _Workload,
                                       if curve else None),
         "measured_tokens_per_step": best.outcome.summary.get("mean_accepted_length"),
     }
+    provenance["profile"] = (provenance_base.get("backend_details") or {}).get("profile")
     provenance["trials"] = len(w.scored)
     provenance["feasible"] = best.outcome.feasible
+    rows, by_level = window_schedule(
+        ((t.config.max_num_seqs, t.config.num_speculative_tokens, t.outcome.value,
+          t.outcome.feasible) for t in w.scored if t.outcome is not None), config.max_num_seqs)
+    provenance["window_schedule"] = rows
+    provenance["window_by_max_num_seqs"] = {str(k): v for k, v in by_level.items()}
+    trial_id = w.trial_ids.get(best.number)
     active = store.active_recommendation(w.name)
-    promote, reason = _should_promote(best.outcome, active, policy.name)
+    decision = _should_promote(options, store, best.outcome, trial_id, active)
     rec = store.add_recommendation(
         workload=w.name, config=config.as_dict(),
         speculative_config=policy.serve.spec().speculative_config(config),
         serve=policy.serve.model_dump(mode="json"), objective=policy.objective.maximize,
         value=best.outcome.value,
         baseline_value=baseline.outcome.value if baseline and baseline.outcome else None,
-        run_id=run_id, trial_id=w.trial_ids.get(best.number), backend=options.backend,
-        provenance=provenance, promote=promote, reason=reason)
+        run_id=run_id, trial_id=trial_id, backend=options.backend, provenance=provenance,
+        value_ci=decision.value_ci, promote=decision.promote, reason=decision.reason,
+        gain=decision.gain, gain_ci=decision.gain_ci, compared_with=decision.compared_with,
+        check_active=True)
+    promote, reason = rec["status"] == "active", str(rec["reason"])
     export_path = None
     if promote:
         export_path = _export(options.export_dir, rec)
@@ -396,17 +407,28 @@ def _recommend(options: TuneOptions, store: Store, run_id: str, w: _Workload,
                           baseline.outcome if baseline else None, export_path, promote, reason)
 
 
-def _should_promote(outcome: Outcome, active: Mapping[str, Any] | None,
-                    policy_name: str) -> tuple[bool, str]:
-    if not outcome.feasible:
-        return False, "no trial met the SLOs; kept as a candidate (least violation shown)"
-    if active is None:
-        return True, "first recommendation for this workload"
-    if outcome.value > float(active["value"]):
-        return True, (f"beats the active recommendation ({outcome.value:.4g} > "
-                      f"{float(active['value']):.4g})")
-    return False, (f"does not beat the active recommendation ({outcome.value:.4g} <= "
-                   f"{float(active['value']):.4g})")
+def _should_promote(options: TuneOptions, store: Store, outcome: Outcome, trial_id: int | None,
+                    active: Mapping[str, Any] | None) -> Decision:
+    """Promote only a result meeting the SLOs whose gain over the active one is significant
+    (bootstrap over the two trials' requests, :mod:`autotune.search.significance`)."""
+    objective = options.policy.objective.maximize
+    slo = options.policy.objective.slo.slo()
+
+    def rates(tid: int | None) -> RequestRates | None:
+        trial = store.trial(tid) if tid is not None else None
+        if not trial or not trial.get("per_request"):
+            return None
+        try:
+            return request_rates(trial["per_request"], (trial["metrics"] or {}).get("duration_s"),
+                                 objective, slo)
+        except SearchError as e:
+            log.warning("trial %s: %s", tid, e)
+            return None
+
+    return decide(objective=objective, feasible=outcome.feasible,
+                  constraints=outcome.constraints, new=rates(trial_id),
+                  active_id=active["id"] if active else None,
+                  active=rates(active.get("trial_id")) if active else None, seed=options.seed)
 
 
 def _export(export_dir: Path, rec: Mapping[str, Any]) -> Path | None:

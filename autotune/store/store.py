@@ -9,6 +9,7 @@ Opening a store creates or upgrades its schema (:mod:`autotune.store.schema`).
 
 from __future__ import annotations
 
+import math
 import secrets
 import zlib
 from collections.abc import Mapping
@@ -41,6 +42,17 @@ def new_run_id(now: datetime | None = None) -> str:
     """A sortable, unique run id: ``20261129-151003-3fa2``."""
     t = now or datetime.now(UTC)
     return f"{t:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+def _json_safe(value: Any) -> Any:
+    """NaN and infinities become None: PostgreSQL's JSON (rightly) refuses them."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value
 
 
 def _pair(low: float | None, high: float | None) -> list[float] | None:
@@ -212,13 +224,13 @@ class Store:
                                started_at=started_at or utcnow())
                 s.add(row)
             row.state = state
-            row.params = dict(params)
+            row.params = _json_safe(dict(params))
             row.is_baseline = is_baseline
             row.value = value
             row.feasible = feasible
-            row.metrics = dict(metrics or {})
+            row.metrics = _json_safe(dict(metrics or {}))
             row.acceptance_rate = acceptance_rate
-            row.per_request = dict(per_request or {})
+            row.per_request = _json_safe(dict(per_request or {}))
             row.error = error
             row.replica = replica
             row.node = node
@@ -311,7 +323,8 @@ class Store:
                 value_ci_low=value_ci[0] if value_ci else None,
                 value_ci_high=value_ci[1] if value_ci else None,
                 baseline_value=baseline_value, speedup_vs_baseline=speedup, run_id=run_id,
-                trial_id=trial_id, backend=backend, provenance=dict(provenance), reason=reason,
+                trial_id=trial_id, backend=backend, provenance=_json_safe(dict(provenance)),
+                reason=reason,
                 gain=gain, gain_ci_low=gain_ci[0] if gain_ci else None,
                 gain_ci_high=gain_ci[1] if gain_ci else None, compared_with_id=compared_with)
             s.add(row)

@@ -1,0 +1,68 @@
+"""The lineage of a workload's recommendations, as ``recommendations --history`` shows it.
+
+One row per recommendation, newest first: its status, when it was created, promoted and
+retired (and by which), the config, the objective with its confidence interval, the gain over
+the recommendation it was compared with, the run, and why it is where it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+__all__ = ["LINEAGE_COLUMNS", "lineage_rows", "lineage_table"]
+
+LINEAGE_COLUMNS = ("#", "workload", "status", "created", "retired", "config", "value (95% CI)",
+                   "gain (95% CI)", "run", "reason")
+
+
+def _config(c: Mapping[str, Any]) -> str:
+    av = " av" if c.get("enable_adaptive_verification") else ""
+    return (f"n={c.get('num_speculative_tokens')}{av} seqs={c.get('max_num_seqs')} "
+            f"tok={c.get('max_num_batched_tokens')}")
+
+
+def _value(r: Mapping[str, Any]) -> str:
+    text = f"{r['value']:.4g}"
+    if r.get("value_ci"):
+        low, high = r["value_ci"]
+        text += f" [{low:.4g}, {high:.4g}]"
+    return text
+
+
+def _gain(r: Mapping[str, Any]) -> str:
+    if r.get("gain") is None:
+        return "-"
+    text = f"{r['gain']:+.1%}"
+    if r.get("gain_ci"):
+        low, high = r["gain_ci"]
+        text += f" [{low:+.1%}, {high:+.1%}]"
+    return f"{text} vs #{r['compared_with']}" if r.get("compared_with") else text
+
+
+def _retired(r: Mapping[str, Any]) -> str:
+    if not r.get("retired_at"):
+        return "-"
+    by = f" by #{r['retired_by']}" if r.get("retired_by") else ""
+    return f"{r['retired_at']}{by}"
+
+
+def lineage_rows(recs: Sequence[Mapping[str, Any]]) -> list[tuple[str, ...]]:
+    """Rows of :data:`LINEAGE_COLUMNS` for recommendation views (``Store.recommendations``)."""
+    return [(str(r["id"]), r["workload"], r["status"], r.get("created_at") or "-", _retired(r),
+             _config(r["config"]), _value(r), _gain(r), r["run"], r.get("reason") or "")
+            for r in recs]
+
+
+def lineage_table(recs: Sequence[Mapping[str, Any]]) -> Table:
+    from rich.table import Table
+
+    table = Table(title="recommendation history (newest first)", title_justify="left")
+    for col in LINEAGE_COLUMNS:
+        table.add_column(col, overflow="fold")
+    for row in lineage_rows(recs):
+        table.add_row(*row)
+    return table
