@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from autotune.errors import ExportError
-from autotune.export import render, write_atomic
+from autotune.export import render, schedule_note, window_schedule, write_atomic
 from autotune.types import SPECULATIVE_CONFIG_KEYS
 
 REC: dict[str, Any] = {
@@ -61,3 +61,50 @@ def test_write_atomic_leaves_no_temp_files(tmp_path: Path) -> None:
     target = write_atomic(tmp_path / "a" / "x.json", "{}\n")
     assert target.read_text() == "{}\n"
     assert [p.name for p in target.parent.iterdir()] == ["x.json"]
+
+
+def test_window_schedule_rows_when_the_best_window_shrinks() -> None:
+    points = [  # (max_num_seqs, K, value, meets SLOs)
+        (1, 7, 1.0, True), (1, 3, 0.8, True),
+        (8, 7, 2.0, True), (8, 5, 2.4, True),
+        (32, 5, 3.0, True), (32, 3, 3.5, True), (32, 7, 9.9, False),  # infeasible: ignored
+        (64, 3, 4.0, True),
+        (256, 1, 9.0, True),  # above the recommended max_num_seqs: ignored
+    ]
+    rows, by_level = window_schedule(points, max_num_seqs=64)
+    assert by_level == {1: 7, 8: 5, 32: 3, 64: 3}
+    assert rows == [[1, 1, 7], [2, 8, 5], [9, 64, 3]]  # 32 and 64 merge, last row up to 64
+    spec = json.loads(render({**REC, "provenance": {"window_schedule": rows}}, "schedule"))
+    assert spec["num_speculative_tokens_per_batch_size"] == rows
+    assert spec["num_speculative_tokens"] == 7  # the drafter's window at batch size 1
+    assert set(spec) <= SPECULATIVE_CONFIG_KEYS
+
+
+@pytest.mark.parametrize("points", [
+    [(1, 3, 1.0, True), (8, 5, 2.0, True), (64, 5, 3.0, True)],  # grows
+    [(1, 5, 1.0, True), (8, 3, 2.0, True), (64, 6, 3.0, True)],  # not monotone
+    [(64, 5, 3.0, True)],  # one level only
+    [(1, 5, 1.0, True), (64, 0, 3.0, True)],  # no drafter at load: no K=0 rows
+])
+def test_no_window_schedule_unless_it_shrinks(points: list[Any]) -> None:
+    rows, by_level = window_schedule(points, max_num_seqs=64)
+    assert rows is None and by_level
+    rec = {**REC, "run": "r1", "provenance": {
+        "window_schedule": rows, "window_by_max_num_seqs": {str(k): v for k, v in
+                                                            by_level.items()}}}
+    assert json.loads(render(rec, "schedule")) == REC["speculative_config"]
+    note = schedule_note(rec)
+    assert note is not None and "run r1" in note and "max_num_seqs 64: K=" in note
+
+
+def test_schedule_note_only_when_plain() -> None:
+    rec = {**REC, "provenance": {"window_schedule": [[1, 8, 5], [9, 64, 3]]}}
+    assert schedule_note(rec) is None
+    assert "measured no window" in (schedule_note(REC) or "")
+
+
+def test_vllm_args_export_the_measured_config_not_the_schedule() -> None:
+    rec = {**REC, "provenance": {"window_schedule": [[1, 8, 7], [9, 64, 5]]}}
+    args = shlex.split(render(rec, "vllm-args"))
+    spec = json.loads(args[args.index("--speculative-config") + 1])
+    assert spec == REC["speculative_config"]
