@@ -28,18 +28,22 @@ def shared_data() -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     from autotune.backends.sim import seed_benchmark_requests, seed_table, seed_table_errors
+    from autotune.backends.sim._benchmarks import DEFAULT_SEEDS, PER_BENCHMARK
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print only the JSON table")
     parser.add_argument("--data", type=Path, default=shared_data(), help="shared data folder")
-    parser.add_argument("--per-benchmark", type=int, default=64,
-                        help="requests per benchmark (default 64; AIME has 30)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--per-benchmark", type=int, default=PER_BENCHMARK,
+                        help=f"requests per benchmark (default {PER_BENCHMARK}; AIME-24 has 30, "
+                             "HumanEval 164)")
+    parser.add_argument("--seeds", default=",".join(map(str, DEFAULT_SEEDS)),
+                        help="simulator seeds averaged per cell (default %(default)s)")
     args = parser.parse_args(argv)
 
     t0 = time.perf_counter()
-    benchmarks = seed_benchmark_requests(args.data, args.per_benchmark, args.seed)
-    table = seed_table(benchmarks, seed=args.seed)
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    benchmarks = seed_benchmark_requests(args.data, args.per_benchmark)
+    table = seed_table(benchmarks, seeds=seeds)
     rounded = {m: {d: {c: {n: round(v, 2) for n, v in w.items()} for c, w in cells.items()}
                    for d, cells in drafters.items()} for m, drafters in table.items()}
     if args.json:
@@ -51,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{cell:48s} {published:9.2f} {sim:7.3f} {100 * err:+6.2f}%")
     worst = max(errors, key=lambda e: abs(e[3]))
     print(f"worst relative error: {100 * worst[3]:+.2f}% ({worst[0]}); "
-          f"{sum(len(r) for r in benchmarks.values())} requests per config, "
+          f"{sum(len(r) for r in benchmarks.values())} requests per config, seeds {seeds}, "
           f"{time.perf_counter() - t0:.1f} s wall")
     print(json.dumps(rounded))
     return 0 if abs(worst[3]) <= 0.03 else 1

@@ -31,10 +31,13 @@ import numpy.typing as npt
 
 from autotune.backends.sim._benchmarks import (
     BENCHMARKS,
+    DEFAULT_SEEDS,
     MODELS,
+    PER_BENCHMARK,
     SEED_TABLE,
+    baselines,
     seed_benchmark_requests,
-    throughput,
+    speedup,
 )
 from autotune.backends.sim._cost import StepCost
 from autotune.backends.sim._profile import AcceptancePrior, DrafterProfile, Profile, load_profile
@@ -46,7 +49,6 @@ FloatArray = npt.NDArray[np.float64]
 #: Assumed logit offsets of the four benchmarks the seed only reports on average.
 GROUP_OFFSETS = {"gsm8k": 0.30, "humaneval": 0.20, "math500": 0.0, "aime": -0.20}
 WINDOWS = (3, 7)
-SEED = 0
 _NODES, _WEIGHTS = np.polynomial.hermite_e.hermegauss(24)
 _WEIGHTS = _WEIGHTS / _WEIGHTS.sum()
 
@@ -55,15 +57,19 @@ _WEIGHTS = _WEIGHTS / _WEIGHTS.sum()
 class _Bench:
     prompt: FloatArray
     output: FloatArray
-    noise: FloatArray  # per request and position: request shift + position jitter (logits)
+    #: per simulator seed, per request and position: request shift + position jitter (logits)
+    noise: tuple[FloatArray, ...]
 
 
-def _bench(reqs: Sequence[Request], request_sd: float, block: int) -> _Bench:
-    keys = request_keys([r.id for r in reqs], SEED)
-    noise = (request_sd * hashed_normals(keys, 1, salt=1)
-             + POSITION_SD * hashed_normals(keys, block, salt=2))
+def _bench(reqs: Sequence[Request], request_sd: float, block: int,
+           seeds: Sequence[int]) -> _Bench:
+    noise = []
+    for seed in seeds:
+        keys = request_keys([r.id for r in reqs], seed)
+        noise.append(request_sd * hashed_normals(keys, 1, salt=1)
+                     + POSITION_SD * hashed_normals(keys, block, salt=2))
     return _Bench(np.array([r.prompt_tokens for r in reqs], dtype=np.float64),
-                  np.array([r.output_tokens for r in reqs], dtype=np.float64), noise)
+                  np.array([r.output_tokens for r in reqs], dtype=np.float64), tuple(noise))
 
 
 def _emitted(lines: FloatArray, step_sd: float, n: int) -> FloatArray:
@@ -91,21 +97,25 @@ class _Model:
     """Analytic batch-1 speedups of one (profile, drafter) for candidate priors."""
 
     def __init__(self, profile: Profile, drafter: str,
-                 benchmarks: Mapping[str, Sequence[Request]]) -> None:
+                 benchmarks: Mapping[str, Sequence[Request]], seeds: Sequence[int]) -> None:
         self.profile = profile
         self.drafter = profile.drafters[drafter]
         self.cost = StepCost(profile.cost)
         block = self.drafter.block_size
         sd = self.drafter.priors["default"].request_sd
-        self.benches = {name: _bench(reqs, sd, block) for name, reqs in benchmarks.items()}
+        self.benches = {name: _bench(reqs, sd, block, seeds)
+                        for name, reqs in benchmarks.items()}
         self.base = {name: _time(self.cost, None, 0, b, np.ones(b.output.size))
                      for name, b in self.benches.items()}
 
     def speedup(self, name: str, prior: AcceptancePrior, n: int) -> float:
         b = self.benches[name]
-        lines = logit(prior.c1) + prior.slope * np.arange(b.noise.shape[1]) + b.noise
-        t = _time(self.cost, self.drafter, n, b, _emitted(lines, prior.step_sd, n))
-        return self.base[name] / t
+        out = 0.0
+        for noise in b.noise:
+            lines = logit(prior.c1) + prior.slope * np.arange(noise.shape[1]) + noise
+            out += self.base[name] / _time(self.cost, self.drafter, n, b,
+                                           _emitted(lines, prior.step_sd, n))
+        return out / len(b.noise)
 
 
 def _with(prior: AcceptancePrior, level: float, slope: float) -> AcceptancePrior:
@@ -129,9 +139,10 @@ def _solve(residuals: Callable[[FloatArray], FloatArray], x0: Sequence[float]) -
 def fit_drafter(profile: Profile, drafter: str, benchmarks: Mapping[str, Sequence[Request]],
                 targets: Mapping[str, Mapping[str, float]],
                 correction: Mapping[tuple[str, int], float],
-                reference: DrafterProfile | None) -> dict[str, AcceptancePrior]:
+                reference: DrafterProfile | None,
+                seeds: Sequence[int] = DEFAULT_SEEDS) -> dict[str, AcceptancePrior]:
     """Priors for ``drafter`` whose (corrected) analytic speedups hit ``targets``."""
-    model = _Model(profile, drafter, benchmarks)
+    model = _Model(profile, drafter, benchmarks, seeds)
     priors = dict(model.drafter.priors)
 
     def sp(name: str, prior: AcceptancePrior, n: int) -> float:
@@ -192,23 +203,25 @@ def _replace_priors(profile: Profile, drafter: str,
 
 
 def calibrate(model: str, benchmarks: Mapping[str, Sequence[Request]], rounds: int = 4,
-              tolerance: float = 0.004, log: bool = True) -> Profile:
+              tolerance: float = 0.004, seeds: Sequence[int] = DEFAULT_SEEDS,
+              log: bool = True) -> Profile:
     """Fit both drafters of ``model`` to the seed table, iterating with the simulator."""
     profile = load_profile(MODELS[model])
-    base = {b: throughput(profile, "none", 0, reqs, SEED) for b, reqs in benchmarks.items()}
+    base = {b: baselines(profile, reqs, seeds) for b, reqs in benchmarks.items()}
     for drafter in ("dspark", "eagle3-mla"):
         targets = SEED_TABLE[model][drafter]
         correction: dict[tuple[str, int], float] = {}
         reference = profile.drafters["dspark"] if drafter != "dspark" else None
         for rnd in range(rounds):
-            priors = fit_drafter(profile, drafter, benchmarks, targets, correction, reference)
+            priors = fit_drafter(profile, drafter, benchmarks, targets, correction, reference,
+                                 seeds)
             profile = _replace_priors(profile, drafter, priors)
-            analytic = _Model(profile, drafter, benchmarks)
+            analytic = _Model(profile, drafter, benchmarks, seeds)
             worst = 0.0
             sim: dict[tuple[str, int], float] = {}
             for b, reqs in benchmarks.items():
                 for n in WINDOWS:
-                    sim[(b, n)] = throughput(profile, drafter, n, reqs, SEED) / base[b]
+                    sim[(b, n)] = speedup(profile, drafter, n, reqs, seeds, base[b])
                     correction[(b, n)] = sim[(b, n)] / analytic.speedup(b, priors[b], n)
             for cell, goal in targets.items():
                 for n_text, value in goal.items():
@@ -248,10 +261,10 @@ def write_priors(path: Path, profile: Profile) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Fit sim acceptance priors to the seed table")
     parser.add_argument("--data", type=Path, required=True, help="../shared/data")
-    parser.add_argument("--per-benchmark", type=int, default=64)
+    parser.add_argument("--per-benchmark", type=int, default=PER_BENCHMARK)
     parser.add_argument("--write", action="store_true", help="update the profile YAML files")
     args = parser.parse_args(argv)
-    benchmarks = seed_benchmark_requests(args.data, args.per_benchmark, SEED)
+    benchmarks = seed_benchmark_requests(args.data, args.per_benchmark)
     root = Path(__file__).resolve().parent / "profiles"
     for model, name in MODELS.items():
         profile = calibrate(model, benchmarks)

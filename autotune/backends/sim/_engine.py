@@ -40,6 +40,8 @@ from autotune.types import AcceptanceCounts, Measurement, Progress, ReplaySchedu
 __all__ = ["EmitObserver", "EngineConfig", "replay"]
 
 ITL_CAP = 200_000
+#: Largest (steps x rows x window) block one multi-step decode draws at once.
+_MACRO_CELLS = 1 << 21
 _RAND_BLOCK = 1 << 15
 
 
@@ -267,6 +269,7 @@ class _Replay:
         self.peak_blocks = 0
         self.budget_sum = 0
         self.budget_steps = 0
+        self.emit_rate = 1.0 + 0.5 * max(cfg.window, 0)
 
     # -- intake ------------------------------------------------------------------------------
     def _admit_record(self, r: Record | None) -> bool:
@@ -333,9 +336,10 @@ class _Replay:
 
         Applies when every running request is decoding, no waiting request could be admitted,
         and adaptive verification is off: then the rows, their token counts and the step's
-        cost structure stay fixed until the first request can finish (no row can emit more
-        than n+1 tokens per step), the next arrival, or the KV cache runs short. The draws
-        and bookkeeping are the single-step ones, vectorised over (steps, rows).
+        cost structure stay fixed until the first request finishes, the next arrival, or the
+        KV cache runs short. Acceptance is drawn for a block of steps ahead and the block is
+        cut at the first of those events; the draws and bookkeeping are the single-step ones,
+        vectorised over (steps, rows).
         """
         cfg = self.cfg
         R = self.running
@@ -350,9 +354,9 @@ class _Replay:
         if np.any(R.done[:B] < R.need[:B]):
             return None
         owe = R.out[:B] - R.gen[:B]
-        K = min(int((int(owe.min()) + per - 1) // per), 512)
-        if K < 2:
-            return None
+        # enough steps for the nearest request to finish at the recent emission rate
+        K = int(int(owe.min()) / self.emit_rate * 1.25) + 2
+        K = min(K, 1024, max(2, _MACRO_CELLS // (B * max(n, 1))))
         if n > 0:
             z = self.rand.normal(K * B).reshape(K, B) * R.sd[:B]
             eps = self.rand.logistic(K * B * n).reshape(K, B, n)
@@ -361,10 +365,14 @@ class _Replay:
         else:
             acc = np.zeros((K, B), dtype=np.int64)
         adv = acc + 1
+        emitted = np.cumsum(adv, axis=0)
+        finishing = (emitted >= owe).any(axis=1)
+        if finishing.any():
+            K = int(np.argmax(finishing)) + 1  # stop at the first step a request finishes
+            acc, adv, emitted = acc[:K], adv[:K], emitted[:K]
         kv_before = np.empty((K, B), dtype=np.int64)
         kv_before[0] = R.kv[:B]
-        np.cumsum(adv[:-1], axis=0, out=kv_before[1:])
-        kv_before[1:] += R.kv[:B]
+        kv_before[1:] = emitted[:-1] + R.kv[:B]
         bs = cfg.kv_block_size
         need_blocks = (kv_before + (per + bs - 1)) // bs
         extra = np.maximum(need_blocks - R.blocks[:B], 0).sum(axis=1)
@@ -381,10 +389,12 @@ class _Replay:
             return None
         if k_eff < K:
             acc, adv, dt, ends = acc[:k_eff], adv[:k_eff], dt[:k_eff], ends[:k_eff]
+            emitted = emitted[:k_eff]
         emit = adv.copy()
-        over = emit.sum(axis=0) - owe
+        over = emitted[k_eff - 1] - owe
         if np.any(over > 0):
             emit[-1] -= np.maximum(over, 0)
+        self.emit_rate = 0.8 * self.emit_rate + 0.2 * float(adv.mean())
         end = float(ends[-1])
         R.gen[:B] += emit.sum(axis=0)
         R.kv[:B] += adv.sum(axis=0)
