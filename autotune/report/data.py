@@ -59,6 +59,8 @@ class TrialPoint:
     itl_p99_ms: float | None
     ttft_p99_ms: float | None
     error: str | None = None
+    #: measured at capacity (the fastest replay meeting the SLOs), not at the trace's rate
+    at_capacity: bool = False
 
     @property
     def window(self) -> int | None:
@@ -82,7 +84,8 @@ class TrialPoint:
                    baseline=bool(t.get("baseline")), params=dict(t.get("params") or {}),
                    value=_num(t.get("value")), feasible=t.get("feasible"),
                    throughput=_num(m.get(THROUGHPUT)), itl_p99_ms=_num(m.get(ITL_P99)),
-                   ttft_p99_ms=_num(m.get("ttft_p99_ms")), error=t.get("error"))
+                   ttft_p99_ms=_num(m.get("ttft_p99_ms")), error=t.get("error"),
+                   at_capacity="capacity_replays" in m)
 
 
 @dataclass(frozen=True)

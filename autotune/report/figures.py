@@ -59,6 +59,14 @@ def _hover(t: TrialPoint, objective: str) -> str:
             f"p99 TTFT {_fmt(t.ttft_p99_ms)} ms")
 
 
+def _once(seen: set[str], key: str) -> bool:
+    """True the first time ``key`` is asked for: one legend entry per group across panels."""
+    if key in seen:
+        return False
+    seen.add(key)
+    return True
+
+
 def _grid(n: int, max_cols: int = 3) -> tuple[int, int]:
     cols = max(1, min(max_cols, n))
     return max(1, math.ceil(n / cols)), cols
@@ -164,27 +172,32 @@ def pareto_chart(data: ReportData) -> Chart:
     go, _ = _plotly()
     objective = data.objective
 
+    seen: set[str] = set()
+
     def draw(fig: Any, w: WorkloadReport, i: int, row: int, col: int) -> None:
-        first = i == 0
         pts = [t for t in w.measured if t.throughput is not None and t.itl_p99_ms is not None]
-        others = [t for t in pts if not t.baseline]
-        fig.add_trace(go.Scatter(
-            x=[t.itl_p99_ms for t in others], y=[t.throughput for t in others], mode="markers",
-            name="trial (filled: meets SLOs)", legendgroup="trial", showlegend=first,
-            marker={"size": 9, "color": "#4c78a8",
-                    "symbol": ["circle" if t.feasible else "circle-open" for t in others]},
-            hovertext=[_hover(t, objective) for t in others], hoverinfo="text"),
-            row=row, col=col)
+        for ok, name in ((True, "trial meeting the SLOs"), (False, "trial missing an SLO")):
+            mine = [t for t in pts if not t.baseline and bool(t.feasible) == ok]
+            if not mine:
+                continue
+            fig.add_trace(go.Scatter(
+                x=[t.itl_p99_ms for t in mine], y=[t.throughput for t in mine],
+                mode="markers", name=name, legendgroup=name, showlegend=_once(seen, name),
+                marker={"size": 9, "color": "#4c78a8",
+                        "symbol": "circle" if ok else "circle-open"},
+                hovertext=[_hover(t, objective) for t in mine], hoverinfo="text"),
+                row=row, col=col)
         front = w.pareto()
         fig.add_trace(go.Scatter(
             x=[t.itl_p99_ms for t in front], y=[t.throughput for t in front], mode="lines",
             line={"color": "#f58518", "width": 2, "shape": "hv"}, name="Pareto front",
-            legendgroup="front", showlegend=first, hoverinfo="skip"), row=row, col=col)
+            legendgroup="front", showlegend=_once(seen, "front"), hoverinfo="skip"),
+            row=row, col=col)
         base = [t for t in pts if t.baseline]
         if base:
             fig.add_trace(go.Scatter(
                 x=[t.itl_p99_ms for t in base], y=[t.throughput for t in base], mode="markers",
-                name="baseline", legendgroup="baseline", showlegend=first,
+                name="baseline", legendgroup="baseline", showlegend=_once(seen, "baseline"),
                 marker={"size": 12, "symbol": "diamond", "color": GREY,
                         "line": {"width": 1, "color": "#333"}},
                 hovertext=[_hover(t, objective) for t in base], hoverinfo="text"),
@@ -193,7 +206,7 @@ def pareto_chart(data: ReportData) -> Chart:
         if rec is not None and rec.throughput is not None and rec.itl_p99_ms is not None:
             fig.add_trace(go.Scatter(
                 x=[rec.itl_p99_ms], y=[rec.throughput], mode="markers", name="recommended",
-                legendgroup="recommended", showlegend=first,
+                legendgroup="recommended", showlegend=_once(seen, "rec"),
                 marker={"size": 20, "symbol": "star", "color": "#e45756",
                         "line": {"width": 1, "color": "#333"}},
                 hovertext=["recommended · " + _hover(rec, objective)], hoverinfo="text"),
@@ -201,14 +214,20 @@ def pareto_chart(data: ReportData) -> Chart:
         if w.itl_slo_ms is not None:
             fig.add_vline(x=w.itl_slo_ms, line={"dash": "dot", "color": FAILED}, row=row,
                           col=col, annotation_text=f"SLO {w.itl_slo_ms:g} ms",
-                          annotation_position="top left")
+                          annotation_position="bottom left")
 
     fig = _per_workload(data, draw, "p99 inter-token latency (ms)", "output tokens/s")
+    caption = ("Every measured trial of the run. The orange step line is the Pareto front "
+               "(no other trial has both more output tokens/s and a lower p99 ITL); the star "
+               "is the configuration recommended, the diamond the policy's baseline, the "
+               "dotted line the p99 ITL SLO. Hover a point for its configuration.")
+    if any(t.at_capacity for w in data.workloads for t in w.trials):
+        caption += (" Trials were read at capacity (the fastest replay of the trace meeting "
+                    "the SLOs), so configurations that can serve more load sit just left of "
+                    "the SLO line with more tokens/s; points far left of it reached the TTFT SLO "
+                    "first (e.g. a small max_num_seqs queues requests).")
     return Chart("pareto", "Throughput vs p99 ITL: Pareto front and the recommended point",
-                 "Every measured trial of the run. The orange step line is the Pareto front "
-                 "(no other trial has both more output tokens/s and a lower p99 ITL); the star "
-                 "is the configuration recommended, the diamond the policy's baseline, the "
-                 "dotted line the p99 ITL SLO. Hover a point for its configuration.", fig)
+                 caption, fig)
 
 
 def calibration_chart(data: ReportData) -> Chart:
@@ -271,30 +290,37 @@ def calibration_chart(data: ReportData) -> Chart:
 def history_chart(data: ReportData) -> Chart:
     go, _ = _plotly()
     objective = data.objective
+    seen: set[str] = set()
 
     def draw(fig: Any, w: WorkloadReport, i: int, row: int, col: int) -> None:
-        first = i == 0
         hist = w.history()
         done = [h for h in hist if h.value is not None]
-        fig.add_trace(go.Scatter(
-            x=[h.number for h in done], y=[h.value for h in done], mode="markers",
-            name="trial (filled: meets SLOs)", legendgroup="trial", showlegend=first,
-            marker={"size": 9, "color": ["#888" if h.trial.baseline else "#4c78a8"
-                                         for h in done],
-                    "symbol": [("diamond" if h.trial.baseline else "circle")
-                               + ("" if h.feasible else "-open") for h in done]},
-            hovertext=[_hover(h.trial, objective) for h in done], hoverinfo="text"),
-            row=row, col=col)
+        for kind, name in (("ok", "trial meeting the SLOs"), ("miss", "trial missing an SLO"),
+                           ("base", "baseline")):
+            mine = [h for h in done if ("base" if h.trial.baseline else
+                                        "ok" if h.feasible else "miss") == kind]
+            if not mine:
+                continue
+            base_symbol = "diamond" if kind == "base" else "circle"
+            fig.add_trace(go.Scatter(
+                x=[h.number for h in mine], y=[h.value for h in mine], mode="markers",
+                name=name, legendgroup=name, showlegend=_once(seen, name),
+                marker={"size": 10 if kind == "base" else 9,
+                        "color": GREY if kind == "base" else "#4c78a8",
+                        "symbol": [base_symbol + ("" if h.feasible else "-open")
+                                   for h in mine]},
+                hovertext=[_hover(h.trial, objective) for h in mine], hoverinfo="text"),
+                row=row, col=col)
         best = [h for h in hist if h.best_so_far is not None]
         fig.add_trace(go.Scatter(
             x=[h.number for h in best], y=[h.best_so_far for h in best], mode="lines",
             line={"shape": "hv", "color": "#f58518", "width": 2}, name="best so far (feasible)",
-            legendgroup="best", showlegend=first, hoverinfo="skip"), row=row, col=col)
+            legendgroup="best", showlegend=_once(seen, "best"), hoverinfo="skip"), row=row, col=col)
         failed = [h for h in hist if h.value is None]
         if failed:
             fig.add_trace(go.Scatter(
                 x=[h.number for h in failed], y=[0.0] * len(failed), mode="markers",
-                name="failed trial", legendgroup="failed", showlegend=first,
+                name="failed trial", legendgroup="failed", showlegend=_once(seen, "failed"),
                 marker={"symbol": "x", "size": 10, "color": FAILED},
                 hovertext=[f"trial {h.number} failed · {h.trial.label()}<br>"
                            f"{(h.trial.error or '')[:200]}" for h in failed],
@@ -303,8 +329,8 @@ def history_chart(data: ReportData) -> Chart:
     fig = _per_workload(data, draw, "trial number", objective, height_per_row=320)
     return Chart("history", "Optimisation history",
                  f"{objective} of every trial in the order the search ran it (diamond: the "
-                 "baseline; open markers miss an SLO; red crosses at 0 failed), and the best "
-                 "value that met the SLOs so far.", fig)
+                 "baseline; open markers miss an SLO; failed trials are red crosses at 0), and "
+                 "the best value that met the SLOs so far.", fig)
 
 
 def build_charts(data: ReportData) -> Sequence[Chart]:

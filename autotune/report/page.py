@@ -36,11 +36,12 @@ margin:16px 0}
 .caption{color:#4a5563;font-size:13px;margin:2px 0 6px;max-width:1100px}
 table{border-collapse:collapse;width:100%;font-size:13px}
 th,td{text-align:left;padding:6px 8px;border-bottom:1px solid #e8eaee;vertical-align:top}
-th{background:#f1f3f6;font-weight:600;white-space:nowrap}
+th{background:#f1f3f6;font-weight:600}
+.scroll{overflow-x:auto}
 td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 .status{display:inline-block;padding:1px 7px;border-radius:9px;font-size:12px;color:#fff}
 .active{background:#2e8b57}.candidate{background:#b7791f}.retired{background:#7a828c}
-td.reason{min-width:240px}
+td.reason{min-width:200px}
 .bad{color:#b03a2e}.ok{color:#2e8b57}
 details{margin:2px 0}summary{cursor:pointer;color:#2858a8}
 pre{background:#f4f5f7;padding:8px;border-radius:4px;overflow-x:auto;font-size:12px;margin:4px 0}
@@ -166,7 +167,7 @@ def _recommendation_row(rec: Mapping[str, Any]) -> str:
 
 def _recommendations(data: ReportData) -> str:
     head = ("<tr><th>workload</th><th>status</th><th>window</th><th>adaptive</th>"
-            "<th>max_num_seqs</th><th>max_num_batched_tokens</th>"
+            "<th>max_num_<wbr>seqs</th><th>max_num_<wbr>batched_<wbr>tokens</th>"
             f"<th>{_e(data.objective)} [CI]</th><th>baseline</th><th>speedup</th>"
             "<th>tokens/step pred → meas</th><th>SLOs met</th><th>reason</th></tr>")
     body = "".join(_recommendation_row(r) for r in data.recommendations)
@@ -180,7 +181,8 @@ def _recommendations(data: ReportData) -> str:
         "value against the policy's baseline trial, tokens per verify step predicted from the "
         "sample's confidence-head values and measured by the replica, and the provenance "
         "(expand). Active recommendations are what <code>autotune export</code> writes.</p>"
-        f"<table><thead>{head}</thead><tbody>{body}</tbody></table></section>")
+        f'<div class="scroll"><table><thead>{head}</thead><tbody>{body}</tbody></table></div>'
+        "</section>")
 
 
 def _chart_section(chart: Chart) -> str:
