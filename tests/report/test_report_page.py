@@ -80,3 +80,21 @@ def test_cli_report(filled: FilledRun, tmp_path: Path) -> None:
     res = CliRunner().invoke(cli, ["report", "--db", empty, "-o", str(tmp_path / "e.html")])
     assert res.exit_code != 0 and "no finished run" in res.output
     assert not (tmp_path / "e.html").exists()
+
+
+def test_a_run_without_measurements_still_renders(tmp_path: Path) -> None:
+    store = Store.open(f"sqlite:///{tmp_path / 'r.db'}")
+    sid = store.record_sample(path="s.jsonl", sha256="c" * 64, size_bytes=1, requests=1,
+                              skipped_lines=0, workloads={})
+    rid = store.create_run(backend="sim", policy_name="p", policy_sha256="d" * 64, policy={},
+                           sample_id=sid, seed=0)
+    store.record_trial(run_id=rid, workload="only-failures", number=0, state="failed",
+                       params={"num_speculative_tokens": 7}, is_baseline=True,
+                       error="replica died")
+    store.set_run_status(rid, "failed", "every replica died")
+    data = load_report_data(store, rid)
+    (w,) = data.workloads
+    assert w.by_window() == [] and w.pareto() == [] and w.calibration() is None
+    html = write_report(store, tmp_path / "r.html", rid).path.read_text(encoding="utf-8")
+    assert "this run made no recommendation" in html
+    assert "every replica died" in html and '<b class="bad">failed</b>' in html
