@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -84,3 +86,93 @@ def test_unreachable_database_is_one_clear_error(tmp_path: Path) -> None:
         Store.open(f"sqlite:///{bad}")
     with pytest.raises(StoreError, match="invalid database URL"):
         Store.open("::nonsense::")
+
+
+DESIGN_KEYS = ("workload", "status", "config", "speculative_config", "objective", "value",
+               "value_ci", "baseline_value", "speedup_vs_baseline", "run", "backend", "traffic",
+               "policy", "created_at", "model", "draft_model", "vllm_version", "hardware",
+               "acceptance", "retired_at", "reason")
+
+
+def _rec(store: Store, rid: str, k: int, value: float, **kw: Any) -> dict[str, Any]:
+    args: dict[str, Any] = dict(
+        workload="code", config={"num_speculative_tokens": k},
+        speculative_config={"method": "dspark", "num_speculative_tokens": k},
+        serve={"model": "m"}, objective="goodput", value=value, baseline_value=1.0,
+        run_id=rid, trial_id=None, backend="sim",
+        provenance={"model": "m", "draft_model": "d", "vllm_version": None, "hardware": "H",
+                    "traffic": {"sha256": "s" * 64, "size_bytes": 10},
+                    "policy": {"name": "p", "sha256": "h"},
+                    "acceptance": {"predicted_per_position": [0.8],
+                                   "measured_per_position": [0.7]}},
+        promote=True, reason="r")
+    args.update(kw)
+    return store.add_recommendation(**args)
+
+
+def test_lineage_and_significance_are_kept(db_url: str) -> None:
+    store = Store.open(db_url)
+    _, rid = make_run(store)
+    first = _rec(store, rid, 3, 2.0, value_ci=(1.8, 2.2))
+    second = _rec(store, rid, 5, 2.6, gain=0.3, gain_ci=(0.1, 0.5), compared_with=first["id"],
+                  check_active=True)
+    assert second["status"] == "active" and second["promoted_at"] is not None
+    assert second["gain_ci"] == [0.1, 0.5] and second["compared_with"] == first["id"]
+    old = store.recommendation(first["id"])
+    assert old["status"] == "retired" and old["retired_by"] == second["id"]
+    assert old["value_ci"] == [1.8, 2.2]
+    for key in DESIGN_KEYS:
+        assert key in second, key
+    assert second["acceptance"]["measured_per_position"] == [0.7]
+    assert second["traffic"]["size_bytes"] == 10 and second["policy"]["sha256"] == "h"
+
+
+def test_promotion_checks_the_active_one_did_not_change(db_url: str) -> None:
+    store = Store.open(db_url)
+    _, rid = make_run(store)
+    first = _rec(store, rid, 3, 2.0)
+    _rec(store, rid, 4, 2.5, compared_with=first["id"], check_active=True)  # now active
+    late = _rec(store, rid, 5, 3.0, compared_with=first["id"], check_active=True)
+    assert late["status"] == "candidate"
+    assert "changed to" in late["reason"] and f"compared with #{first['id']}" in late["reason"]
+    assert [r["config"]["num_speculative_tokens"] for r in store.recommendations()] == [4]
+
+
+def test_one_active_per_workload_is_enforced_by_the_database(db_url: str) -> None:
+    from autotune.store.models import RecommendationRow
+
+    store = Store.open(db_url)
+    _, rid = make_run(store)
+    _rec(store, rid, 3, 2.0)
+    with pytest.raises(StoreError, match="refused"), store.session() as s:
+        s.add(RecommendationRow(workload="code", status="active", config={}, serve={},
+                                objective="goodput", value=1.0, run_id=rid, backend="sim",
+                                provenance={}))
+
+
+def test_non_finite_numbers_are_stored_as_null(db_url: str) -> None:
+    store = Store.open(db_url)
+    _, rid = make_run(store)
+    store.record_trial(run_id=rid, workload="code", number=0, state="complete",
+                       params={"n": 1}, value=1.0, metrics={"ttft_p99_ms": math.nan},
+                       per_request={"tpot_s": [0.01, math.nan, math.inf]})
+    (t,) = store.trials(rid, with_requests=True)
+    assert t["metrics"] == {"ttft_p99_ms": None}
+    assert t["per_request"] == {"tpot_s": [0.01, None, None]}
+    assert store.trial(t["id"]) == t
+
+
+def test_optuna_studies_share_the_database(db_url: str) -> None:
+    import optuna
+
+    store = Store.open(db_url)
+    _, rid = make_run(store)
+    store.record_trial(run_id=rid, workload="code", number=0, state="complete", params={})
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(study_name=f"{rid}:code", storage=store.optuna_url,
+                                direction="maximize")
+    study.optimize(lambda t: -abs(t.suggest_int("k", 1, 7) - 4), n_trials=4)
+    assert len(study.trials) == 4
+    assert len(store.trials(rid)) == 1  # autotune's trials are its own table
+    names = optuna.get_all_study_names(storage=store.optuna_url)
+    assert f"{rid}:code" in names
