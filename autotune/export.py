@@ -190,6 +190,9 @@ def write_atomic(path: str | Path, text: str) -> Path:
                 f.write(text)
                 f.flush()
                 os.fsync(f.fileno())
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; exports are for everyone
             os.replace(tmp, target)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
