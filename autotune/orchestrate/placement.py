@@ -125,12 +125,12 @@ def check_fit(shape: ReplicaShape, nodes: Sequence[NodeResources], wanted: int) 
         return
     where = (f"the Ray cluster has {_cluster_text(shape, nodes)} on {len(nodes)} "
              f"node{'s' if len(nodes) != 1 else ''}")
-    source = (" (policy serve.gpus_per_replica)" if shape.gpus else "")
+    source = (f" (policy serve.gpus_per_replica: {shape.gpus:g})" if shape.gpus else "")
     if fit == 0:
         largest = max(nodes, key=lambda n: tuple(float(n.resources.get(k, 0.0))
                                                   for k in shape.bundle()), default=None)
         biggest = (f"; the largest node has {_amounts(_only(largest.resources, shape))}"
-                   if largest is not None else "")
+                   if largest is not None and len(nodes) > 1 else "")
         fix = ("lower serve.gpus_per_replica (and serve.tensor_parallel_size) to what one node "
                "has, or join a cluster with bigger nodes (--ray-address)") if shape.gpus else \
             "add nodes or CPUs to the cluster"
@@ -140,7 +140,8 @@ def check_fit(shape: ReplicaShape, nodes: Sequence[NodeResources], wanted: int) 
     want_total = {k: v * wanted for k, v in shape.bundle().items()}
     raise ConfigError(
         f"{wanted} {shape.kind} replicas want {_amounts(want_total)} ({shape.describe()} "
-        f"each{source}, each on a single node), but {where}, which holds at most {fit} "
+        f"each, each on a single node{source.replace(' (', '; ').rstrip(')')}), but {where}, "
+        f"which holds at most {fit} "
         f"replica{'s' if fit != 1 else ''}. Fix: --replicas {fit} (or fewer), or add nodes")
 
 
