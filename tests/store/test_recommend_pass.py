@@ -1,0 +1,95 @@
+"""A tuning pass's recommendation: provenance, the significance rule, and the lineage shown."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from autotune.cli import cli
+from autotune.orchestrate import TuneOptions, tune
+from autotune.policy import Policy, load_policy
+from autotune.store import Store
+
+
+def policy(k: int, seqs: int) -> Policy:
+    """A one-config space (plus the same baseline): each pass measures exactly that config,
+    closed loop at concurrency 8, so the passes differ only by what they are given."""
+    config = {"num_speculative_tokens": k, "enable_adaptive_verification": False,
+              "max_num_seqs": seqs, "max_num_batched_tokens": 8192}
+    return load_policy(None, {
+        "budget.trials": 1, "replay.max_requests": 60, "replay.warmup_requests": 4,
+        "replay.mode": "closed", "replay.concurrency": 8,
+        "objective.maximize": "output_tokens_per_s",
+        "objective.slo.ttft_p99_ms": 100_000, "objective.slo.itl_p99_ms": 1_000,
+        "space.num_speculative_tokens": [k], "space.max_num_seqs": [seqs],
+        "space.enable_adaptive_verification": [False], "space.max_num_batched_tokens": [8192],
+        "baseline": config})
+
+
+def one_pass(store: Store, sample: Path, tmp_path: Path, pol: Policy) -> dict[str, Any]:
+    result = tune(TuneOptions(traffic=sample, policy=pol, seed=1, workloads=["chat"],
+                              export_dir=tmp_path / "exports", resume=False, replicas=1), store)
+    (w,) = result.workloads
+    assert w.recommendation is not None
+    assert w.promoted == (w.recommendation["status"] == "active")
+    return w.recommendation
+
+
+def test_recommendations_promote_only_significant_gains(db_url: str, small_sample: Path,
+                                                        tmp_path: Path) -> None:
+    store = Store.open(db_url)
+    slow = policy(1, 1)
+    first = one_pass(store, small_sample, tmp_path, slow)
+    assert first["status"] == "active"
+    assert first["reason"].startswith("first recommendation")
+    low, high = first["value_ci"]
+    assert low < first["value"] < high
+
+    # Provenance (DESIGN §4), checked against the inputs rather than the code's own output.
+    data = small_sample.read_bytes()
+    assert first["traffic"]["sha256"] == hashlib.sha256(data).hexdigest()
+    assert first["traffic"]["size_bytes"] == len(data)
+    assert first["policy"] == {"name": slow.name, "sha256": slow.sha256()}
+    assert (first["model"], first["draft_model"]) == (slow.serve.model, slow.serve.draft_model)
+    assert first["backend"] == "sim" and "vllm_version" in first
+    assert first["profile"] == slow.sim.profile and first["hardware"]
+    acc = first["acceptance"]
+    assert len(acc["predicted_per_position"]) == len(acc["measured_per_position"]) == 1
+    assert first["run"] == first["provenance"]["run"]
+    assert datetime.fromisoformat(first["created_at"]).tzinfo is not None
+
+    again = one_pass(store, small_sample, tmp_path, slow)  # the same config, measured again
+    assert again["status"] == "candidate" and again["compared_with"] == first["id"]
+    assert again["gain"] == pytest.approx(0.0, abs=1e-9)
+    assert again["gain_ci"][0] < 0 < again["gain_ci"][1]
+    assert "not significant" in again["reason"]
+    assert store.active_recommendation("chat")["id"] == first["id"]  # type: ignore[index]
+
+    faster = one_pass(store, small_sample, tmp_path, policy(5, 8))
+    assert faster["status"] == "active" and "significant, promoted" in faster["reason"]
+    assert faster["gain_ci"][0] > 0 and faster["compared_with"] == first["id"]
+    retired = store.recommendation(first["id"])
+    assert retired["status"] == "retired" and retired["retired_by"] == faster["id"]
+
+    result = CliRunner().invoke(cli, ["recommendations", "--workload", "chat", "--history",
+                                      "--db", db_url, "--format", "json"])
+    assert result.exit_code == 0, result.stderr
+    hist = json.loads(result.stdout)
+    assert [(r["id"], r["status"]) for r in hist] == [
+        (faster["id"], "active"), (again["id"], "candidate"), (first["id"], "retired")]
+    table = CliRunner().invoke(cli, ["recommendations", "--workload", "chat", "--history",
+                                     "--db", db_url])
+    assert table.exit_code == 0
+    assert f"by #{faster['id']}" in table.stdout and "not significant" in table.stdout
+
+    export = CliRunner().invoke(cli, ["export", "--workload", "chat", "--format", "schedule",
+                                      "--db", db_url])
+    assert export.exit_code == 0
+    assert json.loads(export.stdout)["num_speculative_tokens"] == 5
+    assert "no per-batch-size schedule" in export.stderr
