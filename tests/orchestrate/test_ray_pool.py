@@ -141,6 +141,10 @@ def test_killed_replica_trial_is_retried_and_run_completes(
         print(rec.getMessage())
     assert result.status == "finished"
     trials = store.trials(result.run_id)
+    for t in trials:
+        print(f"trial {t['workload']}#{t['number']}: {t['state']} on {t['replica']} "
+              f"({t['node']}), attempts {t['attempts']}")
+    print(f"run {result.run_id}: {store.run(result.run_id)['status']}")
     assert len(trials) == 4 and all(t["state"] == "complete" for t in trials)
     assert reporter.errors == [None] * 4
     killed = reporter.killed
