@@ -15,8 +15,8 @@ if TYPE_CHECKING:
 
 __all__ = ["LINEAGE_COLUMNS", "lineage_rows", "lineage_table"]
 
-LINEAGE_COLUMNS = ("#", "workload", "status", "created", "retired", "config", "value (95% CI)",
-                   "gain (95% CI)", "run", "reason")
+LINEAGE_COLUMNS = ("#", "workload", "status", "created (UTC)", "retired (UTC)", "config",
+                   "value (95% CI)", "gain (95% CI)", "run", "reason")
 
 
 def _config(c: Mapping[str, Any]) -> str:
@@ -43,16 +43,21 @@ def _gain(r: Mapping[str, Any]) -> str:
     return f"{text} vs #{r['compared_with']}" if r.get("compared_with") else text
 
 
+def _when(iso: str | None) -> str:
+    """``2026-11-29T15:42:07+00:00`` → ``2026-11-29 15:42:07`` (times are stored in UTC)."""
+    return iso.replace("T", " ").removesuffix("+00:00") if iso else "-"
+
+
 def _retired(r: Mapping[str, Any]) -> str:
     if not r.get("retired_at"):
         return "-"
     by = f" by #{r['retired_by']}" if r.get("retired_by") else ""
-    return f"{r['retired_at']}{by}"
+    return f"{_when(r['retired_at'])}{by}"
 
 
 def lineage_rows(recs: Sequence[Mapping[str, Any]]) -> list[tuple[str, ...]]:
     """Rows of :data:`LINEAGE_COLUMNS` for recommendation views (``Store.recommendations``)."""
-    return [(str(r["id"]), r["workload"], r["status"], r.get("created_at") or "-", _retired(r),
+    return [(str(r["id"]), r["workload"], r["status"], _when(r.get("created_at")), _retired(r),
              _config(r["config"]), _value(r), _gain(r), r["run"], r.get("reason") or "")
             for r in recs]
 

@@ -15,6 +15,7 @@ from autotune.cli import cli
 from autotune.orchestrate import TuneOptions, tune
 from autotune.policy import Policy, load_policy
 from autotune.store import Store
+from autotune.store.lineage import LINEAGE_COLUMNS, lineage_rows
 
 
 def policy(k: int, seqs: int) -> Policy:
@@ -85,8 +86,10 @@ def test_recommendations_promote_only_significant_gains(db_url: str, small_sampl
         (faster["id"], "active"), (again["id"], "candidate"), (first["id"], "retired")]
     table = CliRunner().invoke(cli, ["recommendations", "--workload", "chat", "--history",
                                      "--db", db_url])
-    assert table.exit_code == 0
-    assert f"by #{faster['id']}" in table.stdout and "not significant" in table.stdout
+    assert table.exit_code == 0 and "retired (UTC)" in table.stdout
+    rows = {row[0]: dict(zip(LINEAGE_COLUMNS, row, strict=True)) for row in lineage_rows(hist)}
+    assert rows[str(first["id"])]["retired (UTC)"].endswith(f"by #{faster['id']}")
+    assert rows[str(again["id"])]["gain (95% CI)"].endswith(f"vs #{first['id']}")
 
     export = CliRunner().invoke(cli, ["export", "--workload", "chat", "--format", "schedule",
                                       "--db", db_url])
