@@ -346,7 +346,7 @@ class _Replay:
         B = R.n
         n = cfg.window
         per = 1 + n
-        if cfg.adaptive or B == 0 or B * per > cfg.max_num_batched_tokens:
+        if B == 0 or B * per > cfg.max_num_batched_tokens:
             return None
         if (self.waiting and cfg.max_num_seqs > B
                 and cfg.max_num_batched_tokens > B * per):
@@ -357,11 +357,17 @@ class _Replay:
         # enough steps for the nearest request to finish at the recent emission rate
         K = int(int(owe.min()) / self.emit_rate * 1.25) + 2
         K = min(K, 1024, max(2, _MACRO_CELLS // (B * max(n, 1))))
+        draft = (cfg.drafter.draft_time(n, B, 0)
+                 if cfg.drafter is not None and n > 0 else 0.0)
+        m: IntArray | None = None
         if n > 0:
             z = self.rand.normal(K * B).reshape(K, B) * R.sd[:B]
             eps = self.rand.logistic(K * B * n).reshape(K, B, n)
             ok = eps < R.true[:B, :n][None, :, :] + z[:, :, None]
             acc = np.cumprod(ok, axis=2).sum(axis=2)
+            if cfg.adaptive:
+                m = self._adaptive_many(z, draft)
+                acc = np.minimum(acc, m)
         else:
             acc = np.zeros((K, B), dtype=np.int64)
         adv = acc + 1
@@ -370,15 +376,18 @@ class _Replay:
         if finishing.any():
             K = int(np.argmax(finishing)) + 1  # stop at the first step a request finishes
             acc, adv, emitted = acc[:K], adv[:K], emitted[:K]
+            if m is not None:
+                m = m[:K]
         kv_before = np.empty((K, B), dtype=np.int64)
         kv_before[0] = R.kv[:B]
         kv_before[1:] = emitted[:-1] + R.kv[:B]
         bs = cfg.kv_block_size
         need_blocks = (kv_before + (per + bs - 1)) // bs
         extra = np.maximum(need_blocks - R.blocks[:B], 0).sum(axis=1)
-        const = cfg.cost.target(B * per, 0.0, 0.0)
-        if cfg.drafter is not None and n > 0:
-            const += cfg.drafter.draft_time(n, B, 0)
+        if m is None:
+            const: FloatArray | float = cfg.cost.target(B * per, 0.0, 0.0) + draft
+        else:
+            const = cfg.cost.target_many((B + m.sum(axis=1)).astype(np.float64), 0.0, 0.0) + draft
         dt = const + cfg.cost.cost.kv_token_s * kv_before.sum(axis=1)
         ends = now + np.cumsum(dt)
         k_eff = K
@@ -390,6 +399,8 @@ class _Replay:
         if k_eff < K:
             acc, adv, dt, ends = acc[:k_eff], adv[:k_eff], dt[:k_eff], ends[:k_eff]
             emitted = emitted[:k_eff]
+            if m is not None:
+                m = m[:k_eff]
         emit = adv.copy()
         over = emitted[k_eff - 1] - owe
         if np.any(over > 0):
@@ -406,9 +417,16 @@ class _Replay:
         meas = R.measured[:B]
         nm = int(meas.sum())
         if nm:
-            if n > 0:
+            if n > 0 and m is None:
                 self.hist += np.bincount((acc[:, meas] + n * (n + 1)).ravel(),
                                          minlength=self.hist.size)
+            elif m is not None:
+                mm = m[:, meas]
+                drafted = mm > 0
+                self.hist += np.bincount((mm * (n + 1) + acc[:, meas])[drafted],
+                                         minlength=self.hist.size)
+                self.budget_sum += int(mm.sum())
+                self.budget_steps += mm.size
             self.itl.extend(ends[0] - R.last_t[:B][meas])
             if k_eff > 1:
                 self.itl.extend(np.repeat(dt[1:], nm))
@@ -423,6 +441,29 @@ class _Replay:
         if finished.any():
             self._complete(finished, end)
         return end - now
+
+    def _adaptive_many(self, z: FloatArray, draft: float) -> IntArray:
+        """:meth:`_adaptive_budget` for a block of steady decode steps (rows = steps).
+
+        The KV-read term is taken at the block's start for the choice (it shifts every
+        candidate's step time by the same small amount); the step times themselves use the
+        exact context.
+        """
+        R = self.running
+        n = self.cfg.window
+        K, B = z.shape
+        conf = 1.0 / (1.0 + np.exp(-(R.head[:B, :n][None, :, :] + z[:, :, None])))
+        surv = np.cumprod(conf, axis=2)
+        desc = -np.sort(-surv.reshape(K, B * n), axis=1)
+        gains = np.zeros((K, B * n + 1))
+        np.cumsum(desc, axis=1, out=gains[:, 1:])
+        kv = float(R.kv[:B].sum())
+        times = self.cfg.cost.target_many(B + np.arange(B * n + 1, dtype=np.float64), kv,
+                                          0.0) + draft
+        best = np.argmax((B + gains) / times[None, :], axis=1)
+        thr = np.where(best > 0, desc[np.arange(K), np.maximum(best - 1, 0)], np.inf)
+        out: IntArray = (surv >= thr[:, None, None]).sum(axis=2)
+        return out
 
     def _step(self, now: float) -> float:
         cfg = self.cfg
