@@ -109,38 +109,50 @@ def _ray_address(ctx: click.Context, param: click.Parameter, value: str | None) 
 
 
 # ---------------------------------------------------------------------------------- start
+def _tuning_flags(f: F) -> F:
+    """Flags every tuning command shares (start, nightly)."""
+    for option in reversed([
+        click.option("--policy", "policy_path", type=click.Path(path_type=Path), default=None,
+                     help="Tuning policy YAML (default: the embedded policies/default.yaml)."),
+        click.option("--backend", type=click.Choice(["sim", "vllm"]), default="sim",
+                     show_default=True,
+                     help="sim: embedded simulator; vllm: real vllm serve replicas."),
+        _db_option,
+        click.option("--budget-trials", type=click.IntRange(min=1), default=None,
+                     help="Trials per workload (overrides the policy's budget.trials)."),
+        click.option("--seed", type=int, default=0, show_default=True,
+                     help="Seed of search and replay."),
+        click.option("--skip-invalid", is_flag=True,
+                     help="Skip invalid sample lines (and say how many)."),
+        click.option("--export-dir", type=click.Path(path_type=Path),
+                     default=Path("storage/exports"), show_default=True,
+                     help="Where the speculative-config exports are written."),
+        click.option("--replicas", type=click.IntRange(min=1), default=None, metavar="N",
+                     help="Replicas running trials in parallel (default: sim, the local cores; "
+                          "vllm, as many as the Ray cluster holds). 1 sim replica without "
+                          "--ray-address runs in this process, without Ray."),
+        click.option("--ray-address", default=None, metavar="auto|HOST:PORT",
+                     callback=_ray_address,
+                     help="Join this Ray cluster (see docs/ray.md); default: $RAY_ADDRESS, "
+                          "else a local Ray started and stopped with the pass."),
+    ]):
+        f = option(f)
+    return f
+
+
 @cli.command()
 @click.option("--traffic", "traffic", required=True, type=click.Path(path_type=Path),
               help="Traffic sample (JSON Lines, optionally .gz).")
-@click.option("--policy", "policy_path", type=click.Path(path_type=Path), default=None,
-              help="Tuning policy YAML (default: the embedded policies/default.yaml).")
-@click.option("--backend", type=click.Choice(["sim", "vllm"]), default="sim", show_default=True,
-              help="sim: embedded simulator; vllm: real vllm serve replicas.")
-@_db_option
 @click.option("--once", is_flag=True, help="One pass, then exit (CI, cron).")
-@click.option("--budget-trials", type=click.IntRange(min=1), default=None,
-              help="Trials per workload (overrides the policy's budget.trials).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of search and replay.")
-@click.option("--skip-invalid", is_flag=True, help="Skip invalid sample lines (and say how many).")
-@click.option("--export-dir", type=click.Path(path_type=Path), default=Path("storage/exports"),
-              show_default=True, help="Where the speculative-config exports are written.")
+@_tuning_flags
 @click.option("--endpoint", default=None, metavar="URL",
               help="vllm backend: measure this already-running server (no restarts).")
 @click.option("--every", type=DURATION, default=None, metavar="DURATION",
               help="Daemon: re-tune this often (5s, 30m, 24h), instead of the policy's cron.")
 @click.option("--state-file", type=click.Path(path_type=Path), default=DEFAULT_STATE_FILE,
               show_default=True, help="Daemon: where it records its state (autotune status).")
-@click.option("--replicas", type=click.IntRange(min=1), default=None, metavar="N",
-              help="Replicas running trials in parallel (default: sim, the local cores; vllm, "
-                   "as many as the Ray cluster holds). 1 sim replica without --ray-address "
-                   "runs in this process, without Ray.")
-@click.option("--ray-address", default=None, metavar="auto|HOST:PORT", callback=_ray_address,
-              help="Join this Ray cluster (see docs/ray.md); default: $RAY_ADDRESS, else a "
-                   "local Ray started and stopped with the pass.")
-def start(traffic: Path, policy_path: Path | None, backend: str, db: str | None, once: bool,
-          budget_trials: int | None, seed: int, skip_invalid: bool, export_dir: Path,
-          endpoint: str | None, every: float | None, state_file: Path, replicas: int | None,
-          ray_address: str | None) -> None:
+def start(traffic: Path, once: bool, endpoint: str | None, every: float | None,
+          state_file: Path, db: str | None, **flags: Any) -> None:
     """Tune every workload of a traffic sample, store and export the recommendations.
 
     Without --once it keeps running: it re-tunes when the policy's schedule.cron fires (or
@@ -158,8 +170,7 @@ def start(traffic: Path, policy_path: Path | None, backend: str, db: str | None,
     from autotune.orchestrate import tune
     from autotune.ui import RichReporter, err, print_pass
 
-    options = _tune_options(traffic, policy_path, backend, budget_trials, seed, skip_invalid,
-                            export_dir, endpoint, replicas=replicas, ray_address=ray_address)
+    options = _tune_options(traffic, endpoint=endpoint, **flags)
     store = _open_store(db)
     if not once:
         daemon = DaemonOptions(tune=options, every_s=every, cron=options.policy.schedule.cron,
@@ -176,10 +187,10 @@ def start(traffic: Path, policy_path: Path | None, backend: str, db: str | None,
     print_pass(result, options.policy, None)
 
 
-def _tune_options(traffic: Path, policy_path: Path | None, backend: str,
+def _tune_options(traffic: Path, *, policy_path: Path | None, backend: str,
                   budget_trials: int | None, seed: int, skip_invalid: bool, export_dir: Path,
-                  endpoint: str | None, *, replicas: int | None = None,
-                  ray_address: str | None = None) -> Any:
+                  replicas: int | None, ray_address: str | None,
+                  endpoint: str | None = None) -> Any:
     from autotune.orchestrate import TuneOptions
     from autotune.policy import load_policy
     from autotune.ui import err
@@ -469,20 +480,8 @@ def status(state_file: Path, db: str | None, fmt: str, check: bool) -> None:
               help="Folder of samples; the newest is tuned.")
 @click.option("--latest", type=click.IntRange(min=1), default=1, show_default=True,
               help="How many of the newest samples to tune.")
-@click.option("--policy", "policy_path", type=click.Path(path_type=Path), default=None,
-              help="Tuning policy YAML (default: the embedded policies/default.yaml).")
-@click.option("--backend", type=click.Choice(["sim", "vllm"]), default="sim", show_default=True,
-              help="sim: embedded simulator; vllm: real vllm serve replicas.")
-@_db_option
-@click.option("--budget-trials", type=click.IntRange(min=1), default=None,
-              help="Trials per workload (overrides the policy's budget.trials).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of search and replay.")
-@click.option("--skip-invalid", is_flag=True, help="Skip invalid sample lines (and say how many).")
-@click.option("--export-dir", type=click.Path(path_type=Path), default=Path("storage/exports"),
-              show_default=True, help="Where the exports are written.")
-def nightly(traffic_dir: Path, latest: int, policy_path: Path | None, backend: str,
-            db: str | None, budget_trials: int | None, seed: int, skip_invalid: bool,
-            export_dir: Path) -> None:
+@_tuning_flags
+def nightly(traffic_dir: Path, latest: int, db: str | None, **flags: Any) -> None:
     """One pass over the newest sample(s) in a folder; prints a JSON summary.
 
     Workloads whose traffic has not drifted since their active recommendation are skipped;
@@ -497,8 +496,7 @@ def nightly(traffic_dir: Path, latest: int, policy_path: Path | None, backend: s
     from autotune.daemon import stop_signals
     from autotune.ui import print_json
 
-    options = _tune_options(traffic_dir, policy_path, backend, budget_trials, seed,
-                            skip_invalid, export_dir, None)
+    options = _tune_options(traffic_dir, **flags)
     with stop_signals():
         summary = run_nightly(options, _open_store(db), traffic_dir, latest)
     print_json(summary)
