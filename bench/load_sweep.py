@@ -6,20 +6,21 @@ code workload (SPEED-Bench Coding lengths and prior), on the Kimi-K2.6 profile w
 Speedup = output tokens/s at window n / at n=0, same concurrency. Also shows where a wide
 window loses to a narrow one and where adaptive verification helps.
 
-    .venv/bin/python bench/load_sweep.py [--json] [--plot sweep.png]
+    .venv/bin/python bench/load_sweep.py [--json] [--plot sweep.svg]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 WINDOWS = (0, 1, 2, 3, 5, 7)
-CONCURRENCY = (1, 4, 16, 32, 64, 128, 256)
+CONCURRENCY = (1, 4, 16, 64, 128, 256, 512)
 WORKLOADS = {"chat": "chat", "code": "speed-bench-coding"}
 
 
@@ -33,7 +34,7 @@ def sweep(profile: str, drafter: str, requests_per_point: int, seed: int) -> dic
     for label, workload in WORKLOADS.items():
         rows: dict[str, Any] = {}
         for conc in CONCURRENCY:
-            count = max(requests_per_point, 4 * conc)
+            count = max(requests_per_point, 3 * conc)
             reqs = list(generate_requests(count, workload=workload, seed=seed))
             sched = ReplaySchedule(reqs, mode="closed", concurrency=conc,
                                    warmup_requests=conc, seed=seed)
@@ -63,45 +64,69 @@ def _table(result: dict[str, Any]) -> str:
         keys = list(next(iter(rows.values())))
         lines.append(f"\n{label}: speedup vs n=0 at the same concurrency (tokens/s at n=0)")
         lines.append(f"{'conc':>5s} {'n=0 tok/s':>10s} " + " ".join(f"{k:>7s}" for k in keys[1:])
-                     + "   best")
+                     + "   best     preemptions n=0/3/7")
         for conc, row in rows.items():
             best = max(keys, key=lambda k: row[k]["tok_s"])
+            pre = "/".join(str(int(row[k]["preemptions"])) for k in ("0", "3", "7"))
             lines.append(f"{conc:>5s} {row['0']['tok_s']:10.0f} "
                          + " ".join(f"{row[k]['speedup']:7.2f}" for k in keys[1:])
-                         + f"   n={best}")
+                         + f"   n={best:6s} {pre}")
     return "\n".join(lines)
 
 
 def _plot(result: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(result), figsize=(6 * len(result), 4), squeeze=False)
-    for ax, (label, rows) in zip(axes[0], result.items(), strict=True):
+    """An SVG line chart per workload (no plotting dependency): speedup vs log2 concurrency."""
+    colours = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+               "#7f7f7f", "#bcbd22"]
+    w, h, pad = 420, 300, 45
+    panels = []
+    for p_i, (label, rows) in enumerate(result.items()):
         concs = [int(c) for c in rows]
-        for key in list(next(iter(rows.values())))[1:]:
-            ax.plot(concs, [rows[str(c)][key]["speedup"] for c in concs], marker="o",
-                    label=f"n={key}")
-        ax.set_xscale("log", base=2)
-        ax.axhline(1.0, color="grey", lw=0.8)
-        ax.set_xlabel("concurrency")
-        ax.set_ylabel("speedup vs no speculation")
-        ax.set_title(label)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+        keys = list(next(iter(rows.values())))[1:]
+        ys = [rows[str(c)][k]["speedup"] for c in concs for k in keys]
+        y_lo, y_hi = 0.8, max(ys) * 1.05
+        xs = [math.log2(c) for c in concs]
+
+        def px(x: float, x0: float = min(xs), x1: float = max(xs)) -> float:
+            return pad + (x - x0) / ((x1 - x0) or 1) * (w - 2 * pad)
+
+        def py(y: float, y_lo: float = y_lo, y_hi: float = y_hi) -> float:
+            return h - pad - (y - y_lo) / (y_hi - y_lo) * (h - 2 * pad)
+
+        g = [f'<g transform="translate({p_i * w},0)">',
+             f'<text x="{w / 2}" y="18" text-anchor="middle" font-size="13">{label}</text>',
+             f'<line x1="{pad}" y1="{py(1.0):.1f}" x2="{w - pad}" y2="{py(1.0):.1f}" '
+             'stroke="#aaa"/>']
+        for c, x in zip(concs, xs, strict=True):
+            g.append(f'<text x="{px(x):.1f}" y="{h - pad + 15}" text-anchor="middle" '
+                     f'font-size="10">{c}</text>')
+        for tick in (1.0, 1.5, 2.0, 2.5):
+            if tick <= y_hi:
+                g.append(f'<text x="{pad - 5}" y="{py(tick) + 3:.1f}" text-anchor="end" '
+                         f'font-size="10">{tick:.1f}x</text>')
+        for i, k in enumerate(keys):
+            pts = " ".join(f"{px(x):.1f},{py(rows[str(c)][k]['speedup']):.1f}"
+                           for c, x in zip(concs, xs, strict=True))
+            col = colours[i % len(colours)]
+            g.append(f'<polyline points="{pts}" fill="none" stroke="{col}" stroke-width="1.5"/>')
+            g.append(f'<text x="{w - pad + 4}" y="{pad + 12 * i}" font-size="10" '
+                     f'fill="{col}">n={k}</text>')
+        g.append(f'<text x="{w / 2}" y="{h - 8}" text-anchor="middle" font-size="11">'
+                 'concurrency (closed loop)</text></g>')
+        panels.append("\n".join(g))
+    svg = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{w * len(result)}" height="{h}" '
+           'font-family="sans-serif">\n' + "\n".join(panels) + "\n</svg>\n")
+    path.write_text(svg, encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", default="kimi-k2.6@8xH200-tp8")
     parser.add_argument("--drafter", default="dspark")
-    parser.add_argument("--requests", type=int, default=400, help="requests per point (min)")
+    parser.add_argument("--requests", type=int, default=300, help="requests per point (min)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="print only JSON")
-    parser.add_argument("--plot", type=Path, help="write a PNG of speedup vs concurrency")
+    parser.add_argument("--plot", type=Path, help="write an SVG of speedup vs concurrency")
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
     result = sweep(args.profile, args.drafter, args.requests, args.seed)
