@@ -164,6 +164,7 @@ def run_daemon(options: DaemonOptions, store: Store,
     passes = 0
     last_run: str | None = None
     reason = "start"
+    in_pass = False
     try:
         with stop_signals():
             while True:
@@ -174,9 +175,12 @@ def run_daemon(options: DaemonOptions, store: Store,
                              traffic=str(options.tune.traffic))
                 opts = replace(options.tune, drift_check=passes > 0)
                 try:
+                    in_pass = True
                     with reporter() as rep:
                         result = tune(opts, store, rep)
+                    in_pass = False
                 except TrafficError as e:
+                    in_pass = False
                     if passes == 0:
                         raise
                     log.error("pass skipped: %s", e)  # keep serving the last recommendations
@@ -197,7 +201,8 @@ def run_daemon(options: DaemonOptions, store: Store,
                             "when the traffic changes", options.tune.traffic)
                 reason = _sleep_until(due, watch, options.poll_s)
     except KeyboardInterrupt:
-        log.warning("stopping: interrupted run kept for resume")
+        log.warning("stopping%s", ": the interrupted run resumes on the next start with the "
+                    "same inputs" if in_pass else "")
     _write_state(state, status="stopped", current_run=None, last_run=last_run, next_pass=None,
                  traffic=str(options.tune.traffic))
     return 0

@@ -29,11 +29,13 @@ from __future__ import annotations
 import logging
 import math
 import os
+import signal
 import socket
 import time
 import uuid
 from collections import deque
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -234,7 +236,8 @@ class RayPool:
         wanted = _replicas_without_cluster(s)
         owns = False
         if not ray.is_initialized():
-            _connect(ray, s, (wanted or 1) * shape.cpus)
+            with _keep_signal_handlers():
+                _connect(ray, s, (wanted or 1) * shape.cpus)
             owns = True
         groups: list[Any] = []
         pool: RayPool | None = None
@@ -253,7 +256,7 @@ class RayPool:
             else:
                 release(groups)
                 if owns:
-                    ray.shutdown()
+                    _shutdown(ray)
             raise
         log.info("Ray pool: %d %s replicas (%s each) on %s", len(pool._slots), s.kind,
                  shape.describe(), sorted({sl.node or "?" for sl in pool._slots}))
@@ -302,7 +305,7 @@ class RayPool:
         self._queue.clear()
         self._inflight.clear()
         if self.owns_ray and ray.is_initialized():
-            ray.shutdown()
+            _shutdown(ray)
 
     # ---------------------------------------------------------------------- the Pool API
     @property
@@ -445,6 +448,26 @@ class RayPool:
         except Exception as e:  # already dead or the cluster is gone: nothing to free
             log.debug("killing %s: %s", slot.id, e)
         slot.actor = None
+
+
+@contextmanager
+def _keep_signal_handlers() -> Iterator[None]:
+    """Ray's driver installs its own SIGTERM/SIGINT handlers (in Python and in its C++ core,
+    also on shutdown), which would end the process without autotune's clean stop (run marked
+    interrupted, replicas stopped). Re-installing the Python handlers that were in place before
+    re-registers them with the OS too."""
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in handlers.items():
+            if handler is not None:
+                signal.signal(sig, handler)
+
+
+def _shutdown(ray: Any) -> None:
+    with _keep_signal_handlers():
+        ray.shutdown()
 
 
 def _connect(ray: Any, s: RaySettings, cpus_needed: float) -> None:
