@@ -16,7 +16,7 @@ import numpy as np
 
 from autotune.types import Request
 
-__all__ = ["WorkloadSummary", "summarize", "UNLABELLED"]
+__all__ = ["UNLABELLED", "WorkloadSummary", "summarize"]
 
 #: Workload name of requests that carry no label (before automatic grouping).
 UNLABELLED = "default"
