@@ -6,7 +6,6 @@ random weights almost never. Attach mode measures the same running server withou
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -37,27 +36,14 @@ def _replay(replica: VllmReplica, n: int = 8) -> Measurement:
     return m
 
 
-@pytest.fixture(scope="module")
-def identical(tiny_models: TinyModels, tmp_path_factory: pytest.TempPathFactory
-              ) -> Iterator[VllmReplica]:
-    backend = create_backend("vllm", tiny_serve(tiny_models.target, tiny_models.same),
-                             _options(tmp_path_factory.mktemp("logs")), seed=0)
-    replica = backend.start(TrialConfig(K, False, 4, 512))
-    assert isinstance(replica, VllmReplica)
-    try:
-        yield replica
-    finally:
-        replica.stop()
-
-
 def test_same_weights_draft_is_identical(tiny_models: TinyModels) -> None:
     weights = "model.safetensors"
     assert (tiny_models.same / weights).read_bytes() == (tiny_models.target / weights).read_bytes()
     assert (tiny_models.other / weights).read_bytes() != (tiny_models.target / weights).read_bytes()
 
 
-def test_identical_draft_accepted_at_every_position(identical: VllmReplica) -> None:
-    m = _replay(identical)
+def test_identical_draft_accepted_at_every_position(identical_replica: VllmReplica) -> None:
+    m = _replay(identical_replica)
     assert m.requests == 7 and m.ok.all()
     assert (m.output_tokens == OUTPUT_TOKENS).all()
     assert (m.ttft_s > 0).all() and (m.e2e_s >= m.ttft_s).all()
@@ -74,23 +60,25 @@ def test_identical_draft_accepted_at_every_position(identical: VllmReplica) -> N
     assert summary["goodput"] > 0
 
 
-def test_attach_mode_measures_the_running_server(identical: VllmReplica,
+def test_attach_mode_measures_the_running_server(identical_replica: VllmReplica,
                                                  tmp_path: Path) -> None:
     serve = tiny_serve(Path("/not/used"), None)
-    backend = create_backend("vllm", serve, {"endpoint": identical.base_url + "/v1"}, seed=0)
+    backend = create_backend("vllm", serve, {"endpoint": identical_replica.base_url + "/v1"},
+                             seed=0)
     desc = backend.describe()
     assert desc["mode"] == "attach" and "only what that server was started with" in desc["note"]
     # The trial asks for one draft token; the attached server keeps the K it was started with.
     attached = backend.start(TrialConfig(1, False, 1, 64))
     try:
-        assert attached.base_url == identical.base_url and attached.server is None
+        assert attached.base_url == identical_replica.base_url and attached.server is None
         m = _replay(attached, n=4)
         assert m.ok.all() and m.requests == 3
         assert m.acceptance is not None and len(m.acceptance.accepted_per_pos) == K
         assert m.acceptance.rate >= 0.95
     finally:
         attached.stop()
-    assert identical.server is not None and identical.server.alive()  # attach never stops it
+    # attach mode never stops the server it measured
+    assert identical_replica.server is not None and identical_replica.server.alive()
     assert backend.describe()["vllm_version"]
 
 

@@ -40,6 +40,7 @@ def test_bad_serve_flag_is_a_failed_trial(tiny_models: TinyModels, tmp_path: Pat
     serve = tiny_serve(tiny_models.target, tiny_models.same,
                        extra_args=("--no-such-serve-flag", "1"))
     backend = create_backend("vllm", serve, {"log_dir": str(tmp_path)}, seed=0)
+    live_before = LIVE_SERVERS.live()  # the session's shared server may be running
     with pytest.raises(TrialFailed) as err:
         backend.start(TrialConfig(2, False, 2, 512))
     failure = err.value
@@ -48,7 +49,7 @@ def test_bad_serve_flag_is_a_failed_trial(tiny_models: TinyModels, tmp_path: Pat
     assert failure.log_tail.splitlines()[-1].endswith(
         "error: unrecognized arguments: --no-such-serve-flag")
     assert str(tmp_path) in failure.reason  # where the full log is
-    assert LIVE_SERVERS.live() == []
+    assert LIVE_SERVERS.live() == live_before
     assert _cmdlines_containing("--no-such-serve-flag") == []
 
 
@@ -56,13 +57,14 @@ def test_startup_timeout_is_a_failed_trial(tiny_models: TinyModels, tmp_path: Pa
     backend = create_backend("vllm", tiny_serve(tiny_models.target, tiny_models.same),
                              {"log_dir": str(tmp_path), "startup_timeout_s": 3,
                               "stop_grace_s": 10}, seed=0)
+    live_before = LIVE_SERVERS.live()
     start = time.monotonic()
     with pytest.raises(TrialFailed) as err:
         backend.start(TrialConfig(2, False, 2, 512))
     assert "did not answer" in err.value.reason and "within 3 s" in err.value.reason
     assert "startup_timeout_s" in err.value.reason
     assert time.monotonic() - start < 30
-    assert LIVE_SERVERS.live() == []
+    assert LIVE_SERVERS.live() == live_before
     assert _cmdlines_containing(str(tiny_models.target) + " ") == []
 
 

