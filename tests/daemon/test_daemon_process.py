@@ -57,12 +57,24 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 180.0) -> Any
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def finished_runs(db: str) -> list[dict[str, Any]]:
-    store = Store.open(db)
+def read(db: str, what: str) -> list[dict[str, Any]]:
+    """Rows of ``runs`` or ``trials`` (empty while the database is not created yet)."""
     try:
-        return [r for r in store.runs() if r["status"] == "finished"]
+        store = Store.open(db)
+    except Exception:
+        return []
+    try:
+        return list(getattr(store, what)())
     finally:
         store.close()
+
+
+def finished_runs(db: str) -> list[dict[str, Any]]:
+    return [r for r in read(db, "runs") if r["status"] == "finished"]
+
+
+def finished_trials(db: str) -> list[dict[str, Any]]:
+    return [t for t in read(db, "trials") if t["state"] == "complete"]
 
 
 def test_daemon_retunes_on_change_skips_undrifted_and_stops_on_sigterm(
@@ -108,22 +120,12 @@ def test_sigkill_then_restart_resumes_the_same_run(tmp_path: Path, small_sample:
     args = ("start", "--traffic", traffic, "--policy", policy, "--db", db, "--once",
             "--export-dir", tmp_path / "ex", "--replicas", "1")
     proc = autotune(*args, cwd=tmp_path)
-
-    def finished_trials() -> list[dict[str, Any]]:
-        store = Store.open(db)
-        try:
-            return [t for t in store.trials() if t["state"] == "complete"]
-        except Exception:
-            return []
-        finally:
-            store.close()
-
     try:
-        wait_for("three finished trials", lambda: len(finished_trials()) >= 3)
+        wait_for("three finished trials", lambda: len(finished_trials(db)) >= 3)
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
-    before = {(t["workload"], t["number"]): t for t in finished_trials()}
+    before = {(t["workload"], t["number"]): t for t in finished_trials(db)}
     store = Store.open(db)
     (killed,) = store.runs()
     assert killed["status"] == "running"
@@ -152,18 +154,8 @@ def test_sigterm_mid_pass_on_a_ray_pool_exits_0_and_marks_the_run_interrupted(
     proc = autotune("start", "--traffic", traffic, "--policy", policy, "--db", db,
                     "--every", "1h", "--state-file", tmp_path / "st.json", "--export-dir",
                     tmp_path / "ex", "--replicas", "2", cwd=tmp_path)
-
-    def some_trial_done() -> bool:
-        store = Store.open(db)
-        try:
-            return any(t["state"] == "complete" for t in store.trials())
-        except Exception:
-            return False
-        finally:
-            store.close()
-
     try:
-        wait_for("a finished trial on the Ray pool", some_trial_done)
+        wait_for("a finished trial on the Ray pool", lambda: finished_trials(db))
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0, (tmp_path / "err.log").read_text()
     finally:
