@@ -78,6 +78,13 @@ class _Endpoint:
         resp.raise_for_status()
         return resp.json()
 
+    def healthy(self) -> bool:
+        try:
+            return bool(self.client.get(f"{self.base_url}/health", timeout=10.0)
+                        .status_code == 200)
+        except Exception:  # any transport failure means: not healthy
+            return False
+
     def served_model(self) -> tuple[str, int | None]:
         data = self.get_json("/v1/models")["data"]
         if not data:
@@ -166,6 +173,10 @@ class VllmReplica:
         wall = time.perf_counter() - start
         if not self._alive():
             raise self._died("during the replay")
+        if self.server is None and results and not any(r.ok for r in results) and \
+                not self.endpoint.healthy():
+            raise TrialFailed(f"attached vLLM server {self.base_url} stopped answering during "
+                              f"the replay (every request failed: {results[-1].error})")
         after = self.endpoint.counters() if self.options.metrics else None
         extra = {"synthetic_prompt_requests": float(synthetic),
                  "server_startup_s": float(self.startup_s)}

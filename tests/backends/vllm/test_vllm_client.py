@@ -1,21 +1,13 @@
-"""The streaming replay client against a small scripted OpenAI-style SSE server on loopback.
-
-The server's behaviour per request is scripted by the prompt: ``"wait=0.2 gap=0.05 n=5"`` waits
-0.2 s before the first chunk and 0.05 s between chunks of ``per`` tokens each. It records when
-each request arrived and how many were in flight, so pacing and concurrency can be checked.
-"""
+"""The streaming replay client against a scripted OpenAI-style SSE server on loopback."""
 
 from __future__ import annotations
 
-import json
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 import numpy as np
 import pytest
+from fake_openai import FakeServer, running_fake
 
 from autotune.backends.vllm import SyntheticPromptWarning
 from autotune.backends.vllm._client import (
@@ -28,79 +20,10 @@ from autotune.backends.vllm._prompts import SyntheticPrompts
 from autotune.types import ReplaySchedule, Request, Slo
 
 
-class _Script(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.0"
-    server: _FakeServer
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        srv = self.server
-        with srv.lock:
-            srv.arrivals.append((time.perf_counter(), body))
-            srv.in_flight += 1
-            srv.max_in_flight = max(srv.max_in_flight, srv.in_flight)
-        try:
-            self._answer(body)
-        finally:
-            with srv.lock:
-                srv.in_flight -= 1
-
-    def _answer(self, body: dict[str, Any]) -> None:
-        prompt = body["prompt"]
-        spec = dict(kv.split("=") for kv in prompt.split()) if isinstance(prompt, str) else {}
-        if "status" in spec:
-            payload = json.dumps({"error": {"message": "max_tokens too large", "code": 400}})
-            self.send_response(int(spec["status"]))
-            self.send_header("Content-Type", "application/json")
-            self.end_headers()
-            self.wfile.write(payload.encode())
-            return
-        n = int(body["max_tokens"])
-        per = int(spec.get("per", 1))
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.end_headers()
-        time.sleep(float(spec.get("wait", 0)))
-        sent = 0
-        while sent < n:
-            k = min(per, n - sent)
-            chunk = {"choices": [{"index": 0, "text": "x" * k, "finish_reason": None,
-                                  "token_ids": list(range(k))}]}
-            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-            self.wfile.flush()
-            sent += k
-            if sent < n:
-                time.sleep(float(spec.get("gap", 0)))
-        usage = {"choices": [], "usage": {"completion_tokens": n}}
-        self.wfile.write(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
-
-
-class _FakeServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Script)
-        self.lock = threading.Lock()
-        self.arrivals: list[tuple[float, dict[str, Any]]] = []
-        self.in_flight = 0
-        self.max_in_flight = 0
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
 @pytest.fixture
-def fake() -> Iterator[_FakeServer]:
-    server = _FakeServer()
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
+def fake() -> Iterator[FakeServer]:
+    with running_fake() as server:
+        yield server
 
 
 def _target(url: str, base_ids: list[int] | None = None) -> ReplayTarget:
@@ -112,7 +35,7 @@ def _req(i: int, prompt: str | None, out: int = 5, arrival: float | None = None)
                    arrival_s=arrival)
 
 
-def test_ttft_gaps_tokens_and_tpot(fake: _FakeServer) -> None:
+def test_ttft_gaps_tokens_and_tpot(fake: FakeServer) -> None:
     reqs = [_req(0, "wait=0.2 gap=0.05 per=2", out=7)]
     results = replay(_target(fake.url), ReplaySchedule(reqs), reqs, None, lambda: True)
     m = build_measurement(results, 0, 1.0, None)
@@ -129,7 +52,7 @@ def test_ttft_gaps_tokens_and_tpot(fake: _FakeServer) -> None:
     assert body["temperature"] == 0.0 and "seed" not in body
 
 
-def test_trace_mode_honours_scaled_arrivals(fake: _FakeServer) -> None:
+def test_trace_mode_honours_scaled_arrivals(fake: FakeServer) -> None:
     reqs = [_req(i, "gap=0", out=2, arrival=10.0 + 0.4 * i) for i in range(4)]
     sched = ReplaySchedule(reqs, mode="trace", time_scale=2.0)
     replay(_target(fake.url), sched, reqs, None, lambda: True)
@@ -138,7 +61,7 @@ def test_trace_mode_honours_scaled_arrivals(fake: _FakeServer) -> None:
     assert offsets == pytest.approx([0.0, 0.2, 0.4, 0.6], abs=0.08)
 
 
-def test_closed_mode_keeps_concurrency_in_flight(fake: _FakeServer) -> None:
+def test_closed_mode_keeps_concurrency_in_flight(fake: FakeServer) -> None:
     reqs = [_req(i, "wait=0.15", out=1, arrival=0.0) for i in range(6)]
     sched = ReplaySchedule(reqs, mode="closed", concurrency=2)
     start = time.perf_counter()
@@ -149,14 +72,14 @@ def test_closed_mode_keeps_concurrency_in_flight(fake: _FakeServer) -> None:
     assert took == pytest.approx(3 * 0.15, abs=0.2)
 
 
-def test_trace_without_arrival_times_runs_closed_loop(fake: _FakeServer) -> None:
+def test_trace_without_arrival_times_runs_closed_loop(fake: FakeServer) -> None:
     reqs = [_req(i, "wait=0.1", out=1) for i in range(4)]
     replay(_target(fake.url), ReplaySchedule(reqs, mode="trace", concurrency=1), reqs, None,
            lambda: True)
     assert fake.max_in_flight == 1
 
 
-def test_warmup_excluded_progress_reported(fake: _FakeServer) -> None:
+def test_warmup_excluded_progress_reported(fake: FakeServer) -> None:
     reqs = [_req(i, "gap=0", out=3, arrival=0.01 * i) for i in range(5)]
     seen: list[tuple[int, int | None]] = []
     results = replay(_target(fake.url), ReplaySchedule(reqs, warmup_requests=2), reqs,
@@ -167,7 +90,7 @@ def test_warmup_excluded_progress_reported(fake: _FakeServer) -> None:
     assert m.duration_s > 0
 
 
-def test_http_error_is_a_failed_request(fake: _FakeServer) -> None:
+def test_http_error_is_a_failed_request(fake: FakeServer) -> None:
     reqs = [_req(0, "status=400"), _req(1, "gap=0"), _req(2, "status=400")]
     results = replay(_target(fake.url), ReplaySchedule(reqs), reqs, None, lambda: True)
     m = build_measurement(results, 0, 1.0, None)
@@ -184,7 +107,7 @@ def test_unreachable_server_fails_requests_not_the_replay() -> None:
     assert not results[0].ok and "Connect" in (results[0].error or "")
 
 
-def test_server_death_aborts_the_replay(fake: _FakeServer) -> None:
+def test_server_death_aborts_the_replay(fake: FakeServer) -> None:
     reqs = [_req(i, "wait=5", out=1) for i in range(3)]
     deadline = time.monotonic() + 0.3
     start = time.perf_counter()
@@ -194,7 +117,7 @@ def test_server_death_aborts_the_replay(fake: _FakeServer) -> None:
     assert time.perf_counter() - start < 2.0
 
 
-def test_synthetic_prompts_are_exact_token_ids(fake: _FakeServer) -> None:
+def test_synthetic_prompts_are_exact_token_ids(fake: FakeServer) -> None:
     reqs = [Request(id="s1", prompt_tokens=23, output_tokens=2, arrival_s=0.0,
                     temperature=0.7)]
     results = replay(_target(fake.url, base_ids=[5, 6, 7, 8]), ReplaySchedule(reqs, seed=4),
@@ -214,7 +137,7 @@ def test_synthetic_prompts_fall_back_to_words_and_are_deterministic() -> None:
     assert SyntheticPrompts([1, 2, 3], seed=1).exact
 
 
-def test_replay_from_inside_a_running_event_loop(fake: _FakeServer) -> None:
+def test_replay_from_inside_a_running_event_loop(fake: FakeServer) -> None:
     import asyncio
 
     reqs = [_req(0, "gap=0", out=2)]

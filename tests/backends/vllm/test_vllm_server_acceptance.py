@@ -13,8 +13,8 @@ import pytest
 from conftest import TinyModels
 from vllm_helpers import process_tree, survivors, text_requests, tiny_serve
 
-from autotune.backends import create_backend
 from autotune.backends.vllm import VllmReplica
+from autotune.backends.vllm import create as create_vllm
 from autotune.types import Measurement, ReplaySchedule, Slo, TrialConfig
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -63,7 +63,7 @@ def test_identical_draft_accepted_at_every_position(identical_replica: VllmRepli
 def test_attach_mode_measures_the_running_server(identical_replica: VllmReplica,
                                                  tmp_path: Path) -> None:
     serve = tiny_serve(Path("/not/used"), None)
-    backend = create_backend("vllm", serve, {"endpoint": identical_replica.base_url + "/v1"},
+    backend = create_vllm(serve, {"endpoint": identical_replica.base_url + "/v1"},
                              seed=0)
     desc = backend.describe()
     assert desc["mode"] == "attach" and "only what that server was started with" in desc["note"]
@@ -83,7 +83,7 @@ def test_attach_mode_measures_the_running_server(identical_replica: VllmReplica,
 
 
 def test_other_draft_is_almost_never_accepted(tiny_models: TinyModels, tmp_path: Path) -> None:
-    backend = create_backend("vllm", tiny_serve(tiny_models.target, tiny_models.other),
+    backend = create_vllm(tiny_serve(tiny_models.target, tiny_models.other),
                              _options(tmp_path), seed=0)
     replica = backend.start(TrialConfig(K, False, 4, 512))
     assert replica.server is not None

@@ -35,7 +35,8 @@ def _validate(fields: dict[str, dataclasses.Field[Any]], spec: dict[str, Any]) -
     unknown = set(spec) - set(fields)
     assert not unknown, f"not fields of vLLM's SpeculativeConfig: {sorted(unknown)}"
     for key, value in spec.items():
-        TypeAdapter(fields[key].type).validate_python(value, strict=False)
+        annotation: Any = fields[key].type
+        TypeAdapter(annotation).validate_python(value, strict=False)
 
 
 def test_allowed_keys_are_vllm_fields(vllm_fields: dict[str, dataclasses.Field[Any]]) -> None:

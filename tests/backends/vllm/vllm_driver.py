@@ -15,7 +15,7 @@ from pathlib import Path
 
 from vllm_helpers import text_requests, tiny_serve
 
-from autotune.backends import create_backend
+from autotune.backends.vllm import create as create_vllm
 from autotune.backends.vllm import reap_servers_on_signals
 from autotune.backends.vllm._process import LIVE_SERVERS
 from autotune.types import ReplaySchedule, TrialConfig
@@ -33,7 +33,7 @@ def _announce_launch() -> None:
 def main() -> None:
     target, draft, log_dir, mode = sys.argv[1:5]
     serve = tiny_serve(Path(target), Path(draft))
-    backend = create_backend("vllm", serve, {"log_dir": log_dir, "startup_timeout_s": 300,
+    backend = create_vllm(serve, {"log_dir": log_dir, "startup_timeout_s": 300,
                                              "stop_grace_s": 20}, seed=0)
     with reap_servers_on_signals():
         if mode == "startup":
