@@ -8,28 +8,12 @@ draft with the same weights, K=3) shared by the tests that only replay against a
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
-from vllm_helpers import require_vllm, tiny_llama, tiny_serve
+from vllm_helpers import IDENTICAL_CONFIG, TinyModels, require_vllm, tiny_llama, tiny_serve
 
 from autotune.backends import create_backend
 from autotune.backends.vllm import VllmBackend, VllmReplica
-from autotune.types import TrialConfig
-
-#: The shared server's config: K=3 draft tokens, the conformance suite's batching.
-IDENTICAL_CONFIG = TrialConfig(3, False, 8, 2048)
-
-
-@dataclass(frozen=True)
-class TinyModels:
-    """A target, a draft with the same weights, and a draft with other random weights."""
-
-    root: Path
-    target: Path
-    same: Path
-    other: Path
 
 
 @pytest.fixture(scope="session")

@@ -10,25 +10,25 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import TinyModels
-from vllm_helpers import CPU_ENV, prompt_texts
+from vllm_helpers import CPU_ENV, TinyModels, prompt_texts
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 AUTOTUNE = [sys.executable, "-c", "from autotune.cli import main; main()"]
 
 
-def _policy(models: TinyModels) -> dict[str, object]:
+def _policy(target: Path, models: TinyModels) -> dict[str, object]:
     return {
         "name": "tiny-vllm-e2e",
         "serve": {
-            "model": str(models.target),
+            "model": str(target),
             "draft_model": str(models.same),
             "method": "draft_model",
             "draft_block_size": 4,
@@ -71,8 +71,10 @@ def _server_cmdlines(model: Path) -> list[str]:
 
 
 def test_start_once_two_trials_recommends(tiny_models: TinyModels, tmp_path: Path) -> None:
+    # a copy of the target, so this run's servers are told apart from other tests' by path
+    target = Path(shutil.copytree(tiny_models.target, tmp_path / "target"))
     policy = tmp_path / "policy.yaml"
-    policy.write_text(yaml.safe_dump(_policy(tiny_models)))
+    policy.write_text(yaml.safe_dump(_policy(target, tiny_models)))
     traffic = tmp_path / "traffic.jsonl"
     with traffic.open("w") as fh:
         for i, text in enumerate(prompt_texts(10)):
@@ -84,7 +86,7 @@ def test_start_once_two_trials_recommends(tiny_models: TinyModels, tmp_path: Pat
     run = _run(["start", "--traffic", str(traffic), "--policy", str(policy), "--backend", "vllm",
                 "--once", "--db", db, "--export-dir", str(exports)], tmp_path, timeout=900)
     assert run.returncode == 0, f"stdout:\n{run.stdout}\nstderr:\n{run.stderr[-4000:]}"
-    assert _server_cmdlines(tiny_models.target) == []
+    assert _server_cmdlines(target) == []
 
     trials = json.loads(_run(["trials", "--db", db, "--format", "json"], tmp_path, 120).stdout)
     assert len(trials) == 2

@@ -8,8 +8,7 @@ start their own servers, as the suite does.
 from __future__ import annotations
 
 import pytest
-from conftest import IDENTICAL_CONFIG
-from vllm_helpers import conformance
+from vllm_helpers import IDENTICAL_CONFIG, conformance
 
 from autotune.backends import Backend, Replica
 from autotune.backends.vllm import VllmBackend, VllmReplica

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import TinyModels
-from vllm_helpers import process_tree, survivors, text_requests, tiny_serve
+from vllm_helpers import TinyModels, process_tree, survivors, text_requests, tiny_serve
 
 from autotune.backends.vllm import VllmReplica
 from autotune.backends.vllm import create as create_vllm

@@ -7,12 +7,13 @@ import json
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-from autotune.types import Request, ServeSpec
+from autotune.types import Request, ServeSpec, TrialConfig
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -20,6 +21,20 @@ REPO = Path(__file__).resolve().parents[3]
 #: of ~21 GiB, and no hub look-ups.
 CPU_ENV = (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"),
            ("VLLM_CPU_KVCACHE_SPACE", "1"))
+
+
+#: The shared session server's config: K=3 draft tokens, the conformance suite's batching.
+IDENTICAL_CONFIG = TrialConfig(3, False, 8, 2048)
+
+
+@dataclass(frozen=True)
+class TinyModels:
+    """A target, a draft with the same weights, and a draft with other random weights."""
+
+    root: Path
+    target: Path
+    same: Path
+    other: Path
 
 
 def require_vllm() -> None:
