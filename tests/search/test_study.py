@@ -108,3 +108,12 @@ def test_select_best_prefers_feasible_then_least_violation() -> None:
     only_bad = select_best([b, Scored(4, "e", Outcome(1.0, {"itl": 1.0})), failed])
     assert only_bad is not None and only_bad.config == "e"
     assert select_best([failed]) is None
+
+
+def test_grid_covers_the_whole_space_once_then_stops(tmp_path: Path) -> None:
+    policy = make_policy(search={"strategy": "grid"}, budget={"trials": 100})
+    s = Searcher(policy=policy, run_id="r", workload="w", storage_url=url(tmp_path), seed=5)
+    seen = drive(s)
+    grid = [c for _, c, b in seen if not b]
+    assert sorted(grid) == sorted(policy.space.configs())
+    assert s.ask() is None and s.done()
