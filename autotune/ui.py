@@ -68,7 +68,7 @@ class RichReporter(Reporter):
 
     def sample_loaded(self, sample: LoadedSample, workloads: Mapping[str, int]) -> None:
         skipped = f", skipped {sample.skipped} invalid lines" if sample.skipped else ""
-        parts = ", ".join(f"{k} ({v})" for k, v in workloads.items())
+        parts = ", ".join(f"{k} ({v})" for k, v in workloads.items()) or "none to tune"
         self.console.print(f"loaded {len(sample.requests)} requests from {sample.path}"
                            f"{skipped}; workloads: {parts}")
         for e in sample.skip_errors[:5]:

@@ -113,6 +113,7 @@ class _Workload:
     name: str
     requests: list[Request]
     searcher: Searcher
+    incumbent: TrialConfig | None = None
     scored: list[Scored] = field(default_factory=list)
     trial_ids: dict[int, int] = field(default_factory=dict)
     failed: int = 0
@@ -191,11 +192,14 @@ def tune(options: TuneOptions, store: Store, reporter: Reporter | None = None,
     for name, reqs in groups.items():
         past = _past_trials(store, run_id, name)
         finished_before += len(past)
+        active = store.active_recommendation(name)
+        incumbent = TrialConfig.from_dict(active["config"]) if active else None
         searcher = Searcher(policy=policy, run_id=run_id, workload=name,
                             storage_url=store.optuna_url,
                             seed=options.seed + zlib.crc32(name.encode()) % 10_000,
-                            past=[p for p, _ in past])
-        w = _Workload(name, workload_requests(reqs, policy.replay.max_requests), searcher)
+                            past=[p for p, _ in past], incumbent=incumbent)
+        w = _Workload(name, workload_requests(reqs, policy.replay.max_requests), searcher,
+                      incumbent=incumbent)
         for p, trial_id in past:
             w.scored.append(Scored(p.number, p.config, p.outcome, p.is_baseline))
             w.trial_ids[p.number] = trial_id
@@ -228,18 +232,24 @@ def tune(options: TuneOptions, store: Store, reporter: Reporter | None = None,
 
 def _drift_filter(store: Store, groups: dict[str, list[Request]]
                   ) -> tuple[dict[str, list[Request]], list[tuple[str, str]]]:
-    """Workloads to re-tune (drifted first, then new ones) and those skipped, with why."""
+    """Workloads to re-tune (drifted first, then new ones) and those skipped, with why.
+
+    A workload is compared with the sample it was last tuned on: the newest finished run that
+    has trials for it (its active recommendation came from that run, or was re-measured there
+    and kept).
+    """
     drifted: dict[str, list[Request]] = {}
     new: dict[str, list[Request]] = {}
     skipped: list[tuple[str, str]] = []
+    finished = [r for r in store.runs() if r["status"] == "finished"]
     for name, reqs in groups.items():
-        active = store.active_recommendation(name)
-        traffic = (active or {}).get("provenance", {}).get("traffic") or {}
-        sample_id = traffic.get("sample_id")
-        if active is None or sample_id is None:
+        if store.active_recommendation(name) is None:
             new[name] = reqs
             continue
-        ref = store.sample(int(sample_id))["workloads"].get(name, {}).get("drift_reference")
+        last = next((r for r in finished if store.trials(r["run"], name)), None)
+        sample_id = (last or {}).get("traffic", {}).get("sample_id")
+        ref = (store.sample(int(sample_id))["workloads"].get(name, {}).get("drift_reference")
+               if sample_id is not None else None)
         if not ref:
             new[name] = reqs
             continue
@@ -320,6 +330,8 @@ def _finish_trial(options: TuneOptions, store: Store, run_id: str, w: _Workload,
     metrics = dict(outcome.summary) if outcome else {}
     if outcome:
         metrics["constraints"] = outcome.constraints
+    if s.is_incumbent:
+        metrics["role"] = "incumbent"  # the active recommendation, re-measured
     trial_id = store.record_trial(
         run_id=run_id, workload=w.name, number=s.number,
         state="complete" if outcome else "failed", params=s.config.as_dict(),
@@ -388,7 +400,12 @@ def _recommend(options: TuneOptions, store: Store, run_id: str, w: _Workload,
     provenance["window_by_max_num_seqs"] = {str(k): v for k, v in by_level.items()}
     trial_id = w.trial_ids.get(best.number)
     active = store.active_recommendation(w.name)
-    decision = _should_promote(options, store, best.outcome, trial_id, active)
+    # The active config re-measured in this run, on this traffic, is what the best trial must
+    # beat significantly (a measurement on older traffic is not comparable).
+    remeasured = next((t for t in w.scored if w.incumbent is not None
+                       and t.config == w.incumbent and t.outcome is not None), None)
+    against = w.trial_ids.get(remeasured.number) if remeasured else None
+    decision = _should_promote(options, store, best.outcome, trial_id, active, against)
     rec = store.add_recommendation(
         workload=w.name, config=config.as_dict(),
         speculative_config=policy.serve.spec().speculative_config(config),
@@ -408,9 +425,14 @@ def _recommend(options: TuneOptions, store: Store, run_id: str, w: _Workload,
 
 
 def _should_promote(options: TuneOptions, store: Store, outcome: Outcome, trial_id: int | None,
-                    active: Mapping[str, Any] | None) -> Decision:
+                    active: Mapping[str, Any] | None,
+                    remeasured_id: int | None = None) -> Decision:
     """Promote only a result meeting the SLOs whose gain over the active one is significant
-    (bootstrap over the two trials' requests, :mod:`autotune.search.significance`)."""
+    (bootstrap over the two trials' requests, :mod:`autotune.search.significance`).
+
+    The active one is compared as re-measured in this run on the same traffic
+    (``remeasured_id``) when it was; its original trial otherwise.
+    """
     objective = options.policy.objective.maximize
     slo = options.policy.objective.slo.slo()
 
@@ -428,7 +450,8 @@ def _should_promote(options: TuneOptions, store: Store, outcome: Outcome, trial_
     return decide(objective=objective, feasible=outcome.feasible,
                   constraints=outcome.constraints, new=rates(trial_id),
                   active_id=active["id"] if active else None,
-                  active=rates(active.get("trial_id")) if active else None, seed=options.seed)
+                  active=(rates(remeasured_id or active.get("trial_id")) if active else None),
+                  seed=options.seed)
 
 
 def _export(export_dir: Path, rec: Mapping[str, Any]) -> Path | None:

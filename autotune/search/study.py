@@ -49,6 +49,7 @@ class Suggestion:
     config: TrialConfig
     optuna_number: int | None
     is_baseline: bool = False
+    is_incumbent: bool = False
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,9 @@ class Searcher:
     seed: int = 0
     budget_trials: int | None = None
     past: Iterable[PastTrial] = ()
+    #: The active recommendation's config: re-measured on this traffic, right after the
+    #: baseline, so a new result is compared with it on the same requests.
+    incumbent: TrialConfig | None = None
     _study: Any = field(init=False, repr=False)
     _choices: dict[str, list[Any]] = field(init=False, repr=False)
     _measured: dict[TrialConfig, Outcome | None] = field(init=False, default_factory=dict)
@@ -172,6 +176,9 @@ class Searcher:
         if not self._baseline_done and not any(s.is_baseline for s in self._pending.values()):
             return self._ask_baseline()
         running = {s.config for s in self._pending.values()}
+        inc = self.incumbent
+        if inc is not None and inc not in self._measured and inc not in running:
+            return self._issue(inc, None, is_baseline=False, is_incumbent=True)
         if not self._configs - self._measured.keys() - running:
             self._exhausted = not running
             return None
@@ -205,8 +212,8 @@ class Searcher:
         self._measured[suggestion.config] = outcome
         if suggestion.is_baseline:
             self._baseline_done = True
-            if suggestion.config in self._configs:
-                self._add_to_study(suggestion.config, outcome)
+        if suggestion.optuna_number is None and suggestion.config in self._configs:
+            self._add_to_study(suggestion.config, outcome)  # measured outside the study
         if suggestion.optuna_number is not None:
             self._tell_optuna(suggestion.optuna_number, outcome)
 
@@ -230,8 +237,8 @@ class Searcher:
         return self._issue(self._suggest(trial), trial.number, is_baseline=False)
 
     def _issue(self, config: TrialConfig, optuna_number: int | None, *,
-               is_baseline: bool) -> Suggestion:
-        s = Suggestion(self._next_number, config, optuna_number, is_baseline)
+               is_baseline: bool, is_incumbent: bool = False) -> Suggestion:
+        s = Suggestion(self._next_number, config, optuna_number, is_baseline, is_incumbent)
         self._next_number += 1
         self._pending[s.number] = s
         return s

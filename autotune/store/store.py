@@ -196,7 +196,7 @@ class Store:
             "backend": run.backend,
             "policy": {"name": run.policy_name, "sha256": run.policy_sha256},
             "traffic": {"path": sample.path, "sha256": sample.sha256,
-                        "requests": sample.requests},
+                        "requests": sample.requests, "sample_id": sample.id},
             "seed": run.seed,
             "started_at": _iso(run.started_at),
             "finished_at": _iso(run.finished_at),

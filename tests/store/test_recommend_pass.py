@@ -96,3 +96,17 @@ def test_recommendations_promote_only_significant_gains(db_url: str, small_sampl
     assert export.exit_code == 0
     assert json.loads(export.stdout)["num_speculative_tokens"] == 5
     assert "no per-batch-size schedule" in export.stderr
+
+
+def test_the_active_config_is_re_measured_on_the_new_traffic(db_url: str, small_sample: Path,
+                                                              tmp_path: Path) -> None:
+    """A later pass measures the active config again, on its own traffic, and the new best is
+    judged against that measurement (not against one made on other traffic)."""
+    store = Store.open(db_url)
+    first = one_pass(store, small_sample, tmp_path, policy(1, 1))
+    faster = one_pass(store, small_sample, tmp_path, policy(5, 8))
+    trials = store.trials(faster["run"], "chat")
+    again = [t for t in trials if (t["metrics"] or {}).get("role") == "incumbent"]
+    assert len(again) == 1
+    assert again[0]["params"] == first["config"] and again[0]["state"] == "complete"
+    assert faster["compared_with"] == first["id"] and faster["status"] == "active"

@@ -39,7 +39,8 @@ def test_run_lifecycle_and_resume_lookup(db_url: str) -> None:
     assert store.resumable_run(backend="sim", policy_sha256="h", sample_id=sid, seed=1) is None
     (row,) = store.runs()
     assert row["status"] == "finished" and row["finished_at"] is not None
-    assert row["traffic"] == {"path": "x.jsonl", "sha256": "s" * 64, "requests": 3}
+    assert row["traffic"] == {"path": "x.jsonl", "sha256": "s" * 64, "requests": 3,
+                              "sample_id": sid}
     with pytest.raises(ValueError):
         store.set_run_status(rid, "exploded")
 
