@@ -18,13 +18,13 @@ from autotune.store import Store
 from autotune.store.lineage import LINEAGE_COLUMNS, lineage_rows
 
 
-def policy(k: int, seqs: int) -> Policy:
+def policy(k: int, seqs: int, trials: int = 1) -> Policy:
     """A one-config space (plus the same baseline): each pass measures exactly that config,
     closed loop at concurrency 8, so the passes differ only by what they are given."""
     config = {"num_speculative_tokens": k, "enable_adaptive_verification": False,
               "max_num_seqs": seqs, "max_num_batched_tokens": 8192}
     return load_policy(None, {
-        "budget.trials": 1, "replay.max_requests": 60, "replay.warmup_requests": 4,
+        "budget.trials": trials, "replay.max_requests": 60, "replay.warmup_requests": 4,
         "replay.mode": "closed", "replay.concurrency": 8,
         "objective.maximize": "output_tokens_per_s",
         "objective.slo.ttft_p99_ms": 100_000, "objective.slo.itl_p99_ms": 1_000,
@@ -104,7 +104,7 @@ def test_the_active_config_is_re_measured_on_the_new_traffic(db_url: str, small_
     judged against that measurement (not against one made on other traffic)."""
     store = Store.open(db_url)
     first = one_pass(store, small_sample, tmp_path, policy(1, 1))
-    faster = one_pass(store, small_sample, tmp_path, policy(5, 8))
+    faster = one_pass(store, small_sample, tmp_path, policy(5, 8, trials=2))
     trials = store.trials(faster["run"], "chat")
     again = [t for t in trials if (t["metrics"] or {}).get("role") == "incumbent"]
     assert len(again) == 1
