@@ -1,7 +1,27 @@
-"""The acceptance model: survival curves and expected tokens from confidence-head predictions."""
+"""The acceptance model: survival curves, expected tokens per window, head calibration."""
 
 from __future__ import annotations
 
-from autotune.acceptance.curves import curve_from_predictions, survival_matrix
+from autotune.acceptance.calibration import Calibration, CountsObservation, calibrate, ece, usable
+from autotune.acceptance.curves import (
+    NOVITA_K26_SURVIVAL,
+    AcceptanceModel,
+    curve_from_counts,
+    curve_from_predictions,
+    prior_conditional,
+    survival_matrix,
+)
 
-__all__ = ["curve_from_predictions", "survival_matrix"]
+__all__ = [
+    "NOVITA_K26_SURVIVAL",
+    "AcceptanceModel",
+    "Calibration",
+    "CountsObservation",
+    "calibrate",
+    "curve_from_counts",
+    "curve_from_predictions",
+    "ece",
+    "prior_conditional",
+    "survival_matrix",
+    "usable",
+]

@@ -1,0 +1,128 @@
+"""Acceptance-guided search: run only the configs the predictor says can still win (DESIGN §7).
+
+The loop, per workload, after the baseline trial (which doubles as the profiling run: its
+acceptance counters calibrate the head, its step times and p99s fit the cost model):
+
+1. the predictor scores every candidate config (objective with an interval, and SLO risk);
+2. a candidate whose optimistic prediction (95th percentile) cannot beat the incumbent — the
+   best feasible measured value — is skipped;
+3. among the rest, the one with the highest expected improvement over the incumbent (the best
+   predicted config when nothing is measured yet) is run next;
+4. each measurement updates the predictor (acceptance calibration, cost fit, residuals);
+5. the search stops when the predicted remaining gain — the largest expected improvement
+   left, relative to the incumbent — is below the policy's ``search.epsilon``, or when the
+   budget is spent.
+
+:class:`Guide` holds that state for one workload; :class:`~autotune.search.study.Searcher`
+asks it for the next config when the policy's strategy is ``guided``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from autotune.search.predictor import Observation, Prediction, Predictor
+from autotune.types import Measurement, Request, TrialConfig
+
+__all__ = ["Decision", "Guide", "make_guide"]
+
+#: One-sided z of the optimistic prediction (95th percentile).
+OPTIMISTIC_Z = 1.645
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Why the guide proposed what it did (for logs and reports)."""
+
+    config: TrialConfig | None
+    reason: str
+    incumbent: float | None
+    remaining_gain: float
+    candidates: int
+    pruned: int
+
+
+def _expected_improvement(p: Prediction, incumbent: float) -> float:
+    """E[max(0, V - incumbent)] for V lognormal(log_mean, log_sd), times P(feasible)."""
+    from scipy.stats import norm
+
+    mu, sd = p.log_mean, max(p.log_sd, 1e-6)
+    if incumbent <= 0:
+        return math.exp(mu + sd * sd / 2.0) * (1.0 - p.risk)
+    d = (mu - math.log(incumbent)) / sd
+    gain = math.exp(mu + sd * sd / 2.0) * float(norm.cdf(d + sd)) - incumbent * float(norm.cdf(d))
+    return max(gain, 0.0) * (1.0 - p.risk)
+
+
+class Guide:
+    """The guided-search state of one workload: a predictor plus the stop rule."""
+
+    def __init__(self, predictor: Predictor, epsilon: float) -> None:
+        self.predictor = predictor
+        self.epsilon = epsilon
+        self.decisions: list[Decision] = []
+
+    # -- measurements -----------------------------------------------------------------------
+    def observe(self, config: TrialConfig, value: float | None, feasible: bool,
+                summary: Mapping[str, Any] | None,
+                measurement: Measurement | None = None) -> None:
+        """Feed one finished trial (``value`` None: it failed) back to the predictor."""
+        self.predictor.observe(Observation.from_result(config, value, feasible, summary,
+                                                       measurement))
+
+    def incumbent(self) -> float | None:
+        values = [o.value for o in self.predictor.measured if o.feasible and o.value]
+        return max(values) if values else None
+
+    # -- proposals --------------------------------------------------------------------------
+    def rank(self) -> list[Prediction]:
+        """Every candidate by predicted value × P(feasible), best first."""
+        preds = self.predictor.predict()
+        return sorted((preds[c] for c in self.predictor.configs),
+                      key=lambda p: (-p.value * (1.0 - p.risk), p.config))
+
+    def propose(self, exclude: Iterable[TrialConfig] = ()) -> Decision:
+        """The next config to run (None: stop), never one of ``exclude`` (measured, running)."""
+        skip = set(exclude) | {o.config for o in self.predictor.observations}
+        ranked = [p for p in self.rank() if p.config not in skip]
+        best = self.incumbent()
+        if not ranked:
+            return self._note(None, "every candidate is measured or running", best, 0.0, 0, 0)
+        if best is None:
+            return self._note(ranked[0].config, "best predicted (no feasible measurement yet)",
+                              None, math.inf, len(ranked), 0)
+        alive = [p for p in ranked if p.high > best]
+        pruned = len(ranked) - len(alive)
+        if not alive:
+            return self._note(None, "no candidate's optimistic prediction beats the incumbent",
+                              best, 0.0, len(ranked), pruned)
+        gains = [(_expected_improvement(p, best), p) for p in alive]
+        gain, choice = max(gains, key=lambda g: (g[0], g[1].value))
+        remaining = gain / best
+        if remaining < self.epsilon:
+            return self._note(None, f"predicted remaining gain {remaining:.2%} < epsilon "
+                                    f"{self.epsilon:.2%}", best, remaining, len(ranked), pruned)
+        return self._note(choice.config, "highest expected improvement", best, remaining,
+                          len(ranked), pruned)
+
+    def _note(self, config: TrialConfig | None, reason: str, incumbent: float | None,
+              remaining: float, candidates: int, pruned: int) -> Decision:
+        d = Decision(config, reason, incumbent, remaining, candidates, pruned)
+        self.decisions.append(d)
+        return d
+
+
+def make_guide(requests: Sequence[Request], configs: Iterable[TrialConfig], policy: Any,
+               *, epsilon: float | None = None) -> Guide:
+    """A guide for one workload of a policy (its SLO, objective, replay, serve block)."""
+    replay = policy.replay
+    predictor = Predictor(
+        requests, configs, block=policy.serve.draft_block_size,
+        objective=policy.objective.maximize, slo=policy.objective.slo.slo(),
+        warmup=replay.warmup_requests, mode=replay.mode, time_scale=replay.time_scale,
+        concurrency=replay.concurrency, find_capacity=replay.find_capacity,
+        max_model_len=policy.serve.max_model_len)
+    return Guide(predictor, policy.search.epsilon if epsilon is None else epsilon)
