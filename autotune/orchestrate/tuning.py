@@ -24,6 +24,7 @@ from autotune.export import render, window_schedule, write_atomic
 from autotune.orchestrate.pool import Pool, TrialResult, TrialTask
 from autotune.policy import Policy
 from autotune.search import Outcome, PastTrial, Scored, Searcher, Suggestion, evaluate, select_best
+from autotune.search.guided import Guide, make_guide
 from autotune.search.significance import Decision, RequestRates, decide, request_rates
 from autotune.store import Store
 from autotune.traffic.drift import compare, reference
@@ -194,12 +195,13 @@ def tune(options: TuneOptions, store: Store, reporter: Reporter | None = None,
         finished_before += len(past)
         active = store.active_recommendation(name)
         incumbent = TrialConfig.from_dict(active["config"]) if active else None
+        requests = workload_requests(reqs, policy.replay.max_requests)
         searcher = Searcher(policy=policy, run_id=run_id, workload=name,
                             storage_url=store.optuna_url,
                             seed=options.seed + zlib.crc32(name.encode()) % 10_000,
-                            past=[p for p, _ in past], incumbent=incumbent)
-        w = _Workload(name, workload_requests(reqs, policy.replay.max_requests), searcher,
-                      incumbent=incumbent)
+                            past=[p for p, _ in past], incumbent=incumbent,
+                            guide=_guide(policy, requests))
+        w = _Workload(name, requests, searcher, incumbent=incumbent)
         for p, trial_id in past:
             w.scored.append(Scored(p.number, p.config, p.outcome, p.is_baseline))
             w.trial_ids[p.number] = trial_id
@@ -222,6 +224,8 @@ def tune(options: TuneOptions, store: Store, reporter: Reporter | None = None,
             pool.close()
 
     provenance_base = _provenance(options, sample, sample_id, run_id, backend)
+    for w in workloads:
+        _record_calibration(store, run_id, w)
     results = [_recommend(options, store, run_id, w, provenance_base) for w in workloads]
     for r in results:
         rep.workload_finished(r)
@@ -342,7 +346,7 @@ def _finish_trial(options: TuneOptions, store: Store, run_id: str, w: _Workload,
                          else None),
         per_request=_per_request(result.measurement) if outcome and result.measurement else None,
         error=error, replica=result.replica, node=result.node, attempts=result.attempts)
-    w.searcher.tell(s, outcome)
+    w.searcher.tell(s, outcome, result.measurement if outcome else None)
     w.scored.append(Scored(s.number, s.config, outcome, s.is_baseline))
     w.trial_ids[s.number] = trial_id
     w.failed += outcome is None
@@ -367,6 +371,26 @@ def _provenance(options: TuneOptions, sample: LoadedSample, sample_id: int, run_
         "run": run_id,
         "seed": options.seed,
     }
+
+
+def _guide(policy: Policy, requests: Sequence[Request]) -> Guide | None:
+    """The acceptance-guided planner of a workload when the policy asks for ``guided``."""
+    if policy.search.strategy != "guided" or not requests:
+        return None
+    return make_guide(requests, policy.space.configs(), policy)
+
+
+def _record_calibration(store: Store, run_id: str, w: _Workload) -> None:
+    """Store the confidence-head calibration a guided search fitted (with its ECE)."""
+    guide = w.searcher.guide
+    if guide is None:
+        return
+    cal = guide.predictor.calibration
+    if cal.ece_before is None:
+        return  # no usable acceptance counters were measured
+    store.record_calibration(workload=w.name, run_id=run_id, method=cal.method,
+                             params=cal.params(), ece_before=cal.ece_before,
+                             ece_after=cal.ece_after)
 
 
 def _recommend(options: TuneOptions, store: Store, run_id: str, w: _Workload,

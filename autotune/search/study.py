@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     import optuna
 
     from autotune.policy import Policy
+    from autotune.search.guided import Guide
+    from autotune.types import Measurement
 
 __all__ = ["KNOBS", "PastTrial", "Searcher", "Suggestion", "make_sampler", "study_name"]
 
@@ -91,6 +93,11 @@ class Searcher:
     #: The active recommendation's config: re-measured on this traffic, right after the
     #: baseline, so a new result is compared with it on the same requests.
     incumbent: TrialConfig | None = None
+    #: With strategy ``guided``: the acceptance-guided planner that picks every config after
+    #: the baseline and says when to stop (autotune.search.guided); None falls back to TPE.
+    guide: Guide | None = None
+    #: Why a guided search stopped early (empty while it runs or for other strategies).
+    stop_reason: str = field(init=False, default="")
     _study: Any = field(init=False, repr=False)
     _choices: dict[str, list[Any]] = field(init=False, repr=False)
     _measured: dict[TrialConfig, Outcome | None] = field(init=False, default_factory=dict)
@@ -144,6 +151,8 @@ class Searcher:
 
         for t in self.past:
             self._measured[t.config] = t.outcome
+            if self.guide is not None:
+                self._observe(t.config, t.outcome, None)
             self._next_number = max(self._next_number, t.number + 1)
             self._finished += 1
             self._baseline_done |= t.is_baseline
@@ -185,6 +194,8 @@ class Searcher:
         for config in self._grid:
             if config not in self._measured and config not in running:
                 return self._ask_for(config)
+        if self.guide is not None and self.policy.search.strategy == "guided":
+            return self._ask_guided(running)
         for _ in range(MAX_DUPLICATE_ASKS):
             trial = self._study.ask()
             self._trials[trial.number] = trial
@@ -204,12 +215,16 @@ class Searcher:
         self._exhausted = True
         return None
 
-    def tell(self, suggestion: Suggestion, outcome: Outcome | None) -> None:
-        """Record the outcome of a suggestion (None: the trial failed)."""
+    def tell(self, suggestion: Suggestion, outcome: Outcome | None,
+             measurement: Measurement | None = None) -> None:
+        """Record the outcome of a suggestion (None: the trial failed); a guided search also
+        learns from the ``measurement`` behind it (acceptance counters, step times)."""
         if self._pending.pop(suggestion.number, None) is None:
             raise SearchError(f"trial {suggestion.number} of {self.workload!r} was not asked")
         self._finished += 1
         self._measured[suggestion.config] = outcome
+        if self.guide is not None:
+            self._observe(suggestion.config, outcome, measurement)
         if suggestion.is_baseline:
             self._baseline_done = True
         if suggestion.optuna_number is None and suggestion.config in self._configs:
@@ -225,6 +240,24 @@ class Searcher:
                     {k: getattr(config, k) for k in KNOBS}, skip_if_exists=True)
 
     # -- internals -----------------------------------------------------------------------------
+    def _ask_guided(self, running: set[TrialConfig]) -> Suggestion | None:
+        """The guide's next config; None when it stops (for good once nothing is running:
+        a running trial's result may still change its plan)."""
+        assert self.guide is not None
+        decision = self.guide.propose(exclude=set(self._measured) | running)
+        if decision.config is None or decision.config not in self._configs:
+            self.stop_reason = decision.reason
+            self._exhausted = not running
+            return None
+        return self._ask_for(decision.config)
+
+    def _observe(self, config: TrialConfig, outcome: Outcome | None,
+                 measurement: Measurement | None) -> None:
+        assert self.guide is not None
+        self.guide.observe(config, outcome.value if outcome else None,
+                           bool(outcome and outcome.feasible),
+                           outcome.summary if outcome else None, measurement)
+
     def _ask_baseline(self) -> Suggestion:
         # Measured outside the study (it may lie outside the space); added to it after tell.
         return self._issue(self.policy.baseline.config(), None, is_baseline=True)
