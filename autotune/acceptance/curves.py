@@ -2,7 +2,8 @@
 
 Each request carries conditional probabilities c_1..c_m. Its survival is s_k = c_1·…·c_k and
 its expected tokens per verify step with window n is 1 + Σ_{k≤n} s_k. A workload's curve is the
-mean of per-request survivals — not the survival of mean c_k, which overstates mixed traffic.
+mean of per-request survivals — not the survival of the mean c_k, which misstates mixed
+traffic (by Jensen it understates it when requests differ: mean(c^k) ≥ mean(c)^k).
 
 Two averages matter and differ on mixed traffic:
 

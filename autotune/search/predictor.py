@@ -40,7 +40,7 @@ from autotune.search._replica import Grid, Knobs, Outcomes, Workload, evaluate
 from autotune.search._stepcost import COST_PARTS, CostModel, Facts
 from autotune.types import AcceptanceCounts, Measurement, Request, TrialConfig
 
-__all__ = ["Observation", "Prediction", "Predictor"]
+__all__ = ["DECODE_STATS", "Observation", "Prediction", "Predictor", "decode_stats"]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -57,6 +57,19 @@ _KNOB_PRIOR_SD = {"itl": 0.15, "ttft": 0.5, "slots": 0.5}
 _MIN_GAIN = 1.0          # loss improvement (in squared standard errors) a knob move must bring
 #: GP lengthscales on (window / block, adaptive, log2 max_num_seqs, log2 max_num_batched_tokens)
 _LENGTHS = np.array([0.25, 0.8, 1.5, 1.2])
+
+
+#: Aggregates of a measurement the predictor reads step time and batch from (a summary may
+#: carry them instead of the measurement): Σ decode time, Σ decoded tokens, measured span.
+DECODE_STATS = ("decode_time_s", "decode_tokens", "duration_s")
+
+
+def decode_stats(m: Measurement) -> dict[str, float]:
+    """Σ (E2E - TTFT) and Σ (output tokens - 1) over completed requests, and the duration."""
+    ok = m.ok
+    return {"decode_time_s": float((m.e2e_s - m.ttft_s)[ok].sum()),
+            "decode_tokens": float((m.output_tokens[ok] - 1).clip(min=0).sum()),
+            "duration_s": float(m.duration_s)}
 
 
 @dataclass(frozen=True)
@@ -95,14 +108,14 @@ class Observation:
             counts = measurement.acceptance
         length = counts.mean_accepted_length if counts is not None and counts.drafts else 1.0
         step = batch = None
-        if measurement is not None and measurement.ok.any():
-            ok = measurement.ok
-            decode = float((measurement.e2e_s - measurement.ttft_s)[ok].sum())
-            tokens = float((measurement.output_tokens[ok] - 1).clip(min=0).sum())
+        stats = decode_stats(measurement) if measurement is not None else {
+            k: s[k] for k in DECODE_STATS if isinstance(s.get(k), int | float)}
+        if len(stats) == len(DECODE_STATS):
+            decode, tokens, duration = (float(stats[k]) for k in DECODE_STATS)
             if tokens > 0 and decode > 0:
                 step = decode / tokens * length
-            if measurement.duration_s > 0:
-                batch = decode / measurement.duration_s
+            if duration > 0:
+                batch = decode / duration
         else:
             tpot, rps, tps = num("tpot_mean_ms"), num("requests_per_s"), num("output_tokens_per_s")
             if tpot and rps and tps:

@@ -1,0 +1,194 @@
+"""Guided search: best predicted first, optimistic pruning, epsilon stop, Searcher wiring."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autotune.policy import Policy, policy_from_mapping
+from autotune.search import Outcome, Searcher
+from autotune.search.guided import Guide, make_guide
+from autotune.search.predictor import Observation, Prediction
+from autotune.types import AcceptanceCounts, Request, TrialConfig
+
+BASELINE = TrialConfig(7, False, 1024, 8192)
+
+
+def requests(n: int = 100) -> list[Request]:
+    return [Request(id=str(i), prompt_tokens=250 + (i % 9) * 60, output_tokens=150 + (i % 4) * 50,
+                    arrival_s=i * 0.25, acceptance=(0.85, 0.8, 0.8, 0.75, 0.75, 0.7, 0.7, 0.7))
+            for i in range(n)]
+
+
+def make_policy(**over: Any) -> Policy:
+    data: dict[str, Any] = {
+        "name": "t",
+        "serve": {"model": "m", "draft_model": "d", "draft_block_size": 8},
+        "space": {"num_speculative_tokens": [1, 3, 5, 7],
+                  "enable_adaptive_verification": [False],
+                  "max_num_seqs": [8, 64, 256], "max_num_batched_tokens": [2048, 8192]},
+        "objective": {"slo": {"ttft_p99_ms": 3000, "itl_p99_ms": 100}},
+        "replay": {"warmup_requests": 4},
+        "budget": {"trials": 8},
+        "search": {"strategy": "guided", "epsilon": 0.005},
+    }
+    for k, v in over.items():
+        data[k] = {**data.get(k, {}), **v} if isinstance(v, dict) else v
+    return policy_from_mapping(data)
+
+
+def summary(scale: float = 1.0) -> dict[str, Any]:
+    counts = AcceptanceCounts(20000, 140000, 40000, (15000, 10000, 6000, 4000, 2500, 1500, 1000))
+    return {"acceptance": counts.as_dict(), "load_scale": scale, "itl_p99_ms": 90.0,
+            "ttft_p99_ms": 1500.0, "tpot_mean_ms": 25.0, "requests_per_s": 4.0,
+            "output_tokens_per_s": 900.0}
+
+
+def guide(epsilon: float = 0.005) -> Guide:
+    policy = make_policy()
+    return make_guide(requests(), policy.space.configs(), policy, epsilon=epsilon)
+
+
+def test_first_proposal_without_measurements_is_the_best_predicted() -> None:
+    g = guide()
+    ranked = g.rank()
+    decision = g.propose()
+    assert decision.config == ranked[0].config
+    assert decision.incumbent is None
+
+
+def test_proposals_can_beat_the_incumbent_and_never_repeat() -> None:
+    g = guide()
+    g.observe(BASELINE, 2.0, True, summary())
+    seen: set[TrialConfig] = {BASELINE}
+    for _ in range(4):
+        d = g.propose(exclude=seen)
+        if d.config is None:
+            break
+        preds = g.predictor.predict()
+        assert d.config not in seen
+        assert d.incumbent is not None and preds[d.config].high > d.incumbent
+        # the choice has the largest expected improvement among the unpruned candidates
+        assert d.remaining_gain >= 0.0
+        seen.add(d.config)
+        g.observe(d.config, preds[d.config].value, True, summary())
+
+
+def test_stops_when_the_remaining_gain_is_below_epsilon() -> None:
+    g = guide(epsilon=10.0)       # nothing can gain 1000%
+    g.observe(BASELINE, 2.0, True, summary())
+    d = g.propose()
+    assert d.config is None and "epsilon" in d.reason
+    assert guide(epsilon=0.0).propose().config is not None
+
+
+class FixedPredictor:
+    """Stands in for the predictor with fixed predictions, to test the decision rule alone."""
+
+    def __init__(self, preds: dict[TrialConfig, tuple[float, float]]) -> None:
+        self.configs = tuple(preds)
+        self.preds = {c: Prediction(c, v, v / 2, hi, math.log(v), math.log(hi / v) / 1.645, 0.0)
+                      for c, (v, hi) in preds.items()}
+        self.observations: list[Observation] = []
+
+    @property
+    def measured(self) -> list[Observation]:
+        return [o for o in self.observations if o.value is not None]
+
+    def observe(self, obs: Observation) -> None:
+        self.observations.append(obs)
+
+    def predict(self) -> dict[TrialConfig, Prediction]:
+        return self.preds
+
+
+def test_candidates_whose_optimistic_prediction_cannot_beat_the_incumbent_are_skipped() -> None:
+    a, b, c = (TrialConfig(n, False, 64, 4096) for n in (1, 2, 3))
+    fixed = FixedPredictor({a: (10.0, 12.0), b: (8.0, 9.0), c: (5.0, 6.0)})
+    g = Guide(fixed, epsilon=0.0)  # type: ignore[arg-type]
+    g.observe(BASELINE, 9.5, True, {})
+    d = g.propose()
+    assert d.config == a and d.pruned == 2 and d.incumbent == 9.5
+    g.observe(a, 13.0, True, {})
+    d = g.propose()
+    assert d.config is None and d.pruned == 2 and "optimistic" in d.reason
+
+
+def test_failed_and_infeasible_trials_are_not_incumbents() -> None:
+    g = guide()
+    g.observe(BASELINE, None, False, None)
+    assert g.incumbent() is None
+    g.observe(TrialConfig(1, False, 8, 2048), 50.0, False, summary())
+    assert g.incumbent() is None
+    assert g.propose().incumbent is None
+
+
+def drive(s: Searcher, value: Any) -> list[tuple[TrialConfig, bool]]:
+    seen = []
+    while (sug := s.ask()) is not None:
+        seen.append((sug.config, sug.is_baseline))
+        v = value(sug.config)
+        s.tell(sug, Outcome(v, {"itl_p99_ms": -1.0}, summary()))
+    return seen
+
+
+def test_searcher_asks_the_guide_after_the_baseline_and_stops_with_it(tmp_path: Path) -> None:
+    policy = make_policy(budget={"trials": 30})
+    g = make_guide(requests(), policy.space.configs(), policy)
+    s = Searcher(policy=policy, run_id="r", workload="w", storage_url=f"sqlite:///{tmp_path}/o.db",
+                 seed=1, guide=g)
+    predicted = {c: p.value for c, p in g.predictor.predict().items()}
+    seen = drive(s, lambda c: predicted.get(c, 1.0))
+    assert seen[0] == (BASELINE, True)
+    configs = [c for c, _ in seen]
+    assert len(set(configs)) == len(configs)
+    assert len(seen) < 30 and s.done() and s.stop_reason       # stopped before the budget
+    assert len(g.predictor.observations) == len(seen)           # every result fed back
+    picks = [d.config for d in g.decisions if d.config is not None]
+    assert configs[1:] == picks
+
+
+def test_guided_without_a_guide_falls_back_to_tpe(tmp_path: Path) -> None:
+    policy = make_policy(budget={"trials": 5})
+    s = Searcher(policy=policy, run_id="r", workload="w", storage_url=f"sqlite:///{tmp_path}/o.db")
+    seen = drive(s, lambda c: float(c.num_speculative_tokens))
+    assert len(seen) == 5 and seen[0][1]
+
+
+@pytest.mark.slow
+def test_guided_finds_a_near_best_config_on_the_simulator(tmp_path: Path) -> None:
+    """End to end against the simulator (the test may use a backend; the guide may not)."""
+    from autotune.backends import create_backend
+    from autotune.orchestrate.pool import run_trial
+    from autotune.search import evaluate
+
+    policy = make_policy(budget={"trials": 12}, replay={"warmup_requests": 4,
+                                                        "max_requests": 2000})
+    reqs = requests(120)
+    backend = create_backend("sim", policy.serve.spec(), policy.sim.model_dump(), 0)
+    slo = policy.objective.slo.slo()
+    cache: dict[TrialConfig, Outcome] = {}
+
+    def measure(c: TrialConfig) -> tuple[Outcome, Any]:
+        m = run_trial(backend, c, policy.replay.schedule(reqs, seed=1, slo=slo))
+        out = evaluate(m, "goodput", slo)
+        cache[c] = out
+        return out, m
+
+    g = make_guide(reqs, policy.space.configs(), policy)
+    s = Searcher(policy=policy, run_id="r", workload="w", storage_url=f"sqlite:///{tmp_path}/o.db",
+                 seed=0, guide=g)
+    while (sug := s.ask()) is not None:
+        out, m = measure(sug.config)
+        s.tell(sug, out, m)
+    guided = [c for c in cache]
+    best_guided = max(cache[c].value for c in guided if cache[c].feasible)
+    everything = [measure(c)[0].value for c in policy.space.configs() if c not in cache]
+    best = max([best_guided, *everything])
+    assert len(guided) <= 12
+    assert best_guided >= 0.95 * best
+    assert g.predictor.calibration.ece_before is not None
+    assert math.isfinite(g.predictor.model_error)

@@ -1,0 +1,151 @@
+"""The predictor: step cost from published facts, the replica model's physics, fitting."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from autotune.search._stepcost import CostModel, Facts
+from autotune.search.predictor import Observation, Predictor, decode_stats
+from autotune.types import AcceptanceCounts, Measurement, Request, Slo, TrialConfig
+
+
+def requests(n: int = 120, c: float = 0.85, prompt: int = 300, out: int = 200,
+             gap: float | None = 0.2) -> list[Request]:
+    return [Request(id=str(i), prompt_tokens=prompt + (i % 7) * 40,
+                    output_tokens=out + (i % 5) * 30,
+                    arrival_s=None if gap is None else i * gap,
+                    acceptance=(c,) * 8) for i in range(n)]
+
+
+def test_expert_touch_and_coefficients_follow_the_published_facts() -> None:
+    f = Facts()
+    cost = CostModel(f)
+    # DESIGN §1: a step of t tokens touches 384·(1-(1-8/384)^t) distinct experts per layer
+    for t in (1, 2, 8, 64, 1024):
+        touched = 384 * (1 - (1 - 8 / 384) ** t)
+        assert cost.experts(np.array([float(t)]))[0] == pytest.approx(touched)
+    c = f.coefficients()
+    # one routed expert of one layer: 3·7168·2048 INT4 weights (+ group-32 scales) over 8 GPUs,
+    # read at 70% of the H200's 4.8 TB/s
+    assert c["expert_s"] == pytest.approx(3 * 7168 * 2048 * (0.5 + 2 / 32) / 8 / (4.8e12 * 0.7))
+    # 2·32e9 FLOPs per token over 8 GPUs at half of 989 dense BF16 TFLOPS
+    assert c["token_s"] == pytest.approx(2 * 32e9 / 8 / (989e12 * 0.5))
+    # MLA latent 576 values × 2 bytes × 61 layers per context token
+    assert c["kv_token_s"] == pytest.approx(576 * 2 * 61 / (4.8e12 * 0.7))
+    assert 2e5 < f.kv_cache_tokens() < 2e6
+
+
+def test_wider_windows_cost_more_and_the_marginal_token_gets_cheaper() -> None:
+    cost = CostModel()
+    one = np.array([1.0])
+    base = cost.step(np.array([2.0]), one, one * 500, one * 0, one * 1, one * 0)[0]
+    wide = cost.step(np.array([8.0]), one, one * 500, one * 0, one * 7, one * 0)[0]
+    assert wide > base
+    m = cost.marginal(np.array([1.0, 64.0, 4096.0]))
+    assert m[0] > m[1] > m[2] > 0
+
+
+def predictor(reqs: list[Request], configs: list[TrialConfig], **kw: object) -> Predictor:
+    args: dict[str, object] = {"block": 8, "objective": "goodput", "slo": Slo(3000, 100),
+                               "warmup": 4}
+    args.update(kw)
+    return Predictor(reqs, configs, **args)  # type: ignore[arg-type]
+
+
+def test_predictions_are_complete_and_consistent() -> None:
+    configs = [TrialConfig(n, av, s, t) for n in (1, 4, 7) for av in (False, True)
+               for s in (8, 64) for t in (2048, 8192)]
+    preds = predictor(requests(), configs).predict()
+    assert set(preds) == set(configs)
+    for p in preds.values():
+        assert 0 < p.low <= p.value <= p.high
+        assert 0.0 <= p.risk <= 1.0
+        assert p.log_sd > 0
+
+
+def test_closed_loop_physics_window_gains_shrink_with_batch() -> None:
+    """At one request in flight a wide window pays (seed table: n=7 beats n=3 at batch 1);
+    under a large batch the MoE experts are all touched anyway and verifying is compute."""
+    configs = [TrialConfig(n, False, 256, 16384) for n in (1, 3, 7)]
+
+    def tokens_per_s(concurrency: int) -> dict[int, float]:
+        p = predictor(requests(c=0.9, gap=None), configs, objective="output_tokens_per_s",
+                      slo=Slo(None, None), mode="closed", concurrency=concurrency)
+        out = p.model_outcomes()
+        return {c.num_speculative_tokens: float(v) for c, v in zip(configs, out.value,
+                                                                  strict=True)}
+
+    single, busy = tokens_per_s(1), tokens_per_s(256)
+    assert single[7] > single[3] > single[1]
+    assert single[7] / single[1] > busy[7] / busy[1]
+
+
+def test_configs_vllm_refuses_or_samples_that_cannot_fit_are_risky() -> None:
+    bad = TrialConfig(3, False, 256, 128)           # max_num_batched_tokens < max_num_seqs
+    good = TrialConfig(3, False, 64, 4096)
+    preds = predictor(requests(), [bad, good]).predict()
+    assert preds[bad].risk >= 0.5 > preds[good].risk
+    long = [*requests(), Request(id="huge", prompt_tokens=19000, output_tokens=2000,
+                                 arrival_s=30.0)]
+    risky = predictor(long, [good], max_model_len=20000).predict()
+    assert risky[good].risk == 1.0
+
+
+def _counts(rates: list[float], drafts: int = 20000) -> AcceptanceCounts:
+    surv = np.cumprod(rates)
+    per_pos = tuple(int(drafts * s) for s in surv)
+    return AcceptanceCounts(drafts, drafts * len(rates), sum(per_pos), per_pos)
+
+
+def test_measured_counters_recalibrate_the_acceptance_model() -> None:
+    configs = [TrialConfig(n, False, 64, 4096) for n in (1, 3, 5, 7)]
+    p = predictor(requests(c=0.85), configs)
+    before = {c: p.predict()[c].detail["tokens_per_step"] for c in configs}
+    counts = _counts([0.6] * 7)      # the head was overconfident: truth ~0.6, not 0.85
+    p.observe(Observation(TrialConfig(7, False, 1024, 8192), 5.0, True, scale=1.0,
+                          itl_p99_ms=50.0, ttft_p99_ms=500.0, counts=counts))
+    after = {c: p.predict()[c].detail["tokens_per_step"] for c in configs}
+    assert p.calibration.method != "identity"
+    assert p.calibration.ece_before is not None and p.calibration.ece_before > 0.2
+    for n, c in zip((1, 3, 5, 7), configs, strict=True):
+        closed_form = (1 - 0.6 ** (n + 1)) / (1 - 0.6)
+        assert after[c] == pytest.approx(closed_form, rel=0.03)
+        assert after[c] < before[c]
+
+
+def test_a_measured_config_is_predicted_near_its_measurement() -> None:
+    configs = [TrialConfig(n, False, s, 4096) for n in (2, 4, 6) for s in (32, 128)]
+    p = predictor(requests(), configs)
+    target = configs[3]
+    model = p.predict()[target].value
+    p.observe(Observation(target, model * 1.3, True, scale=1.0, itl_p99_ms=60.0,
+                          ttft_p99_ms=900.0))
+    pred = p.predict()[target]
+    assert pred.value == pytest.approx(model * 1.3, rel=0.05)
+    assert pred.log_sd < 0.06            # measured: what is left is measurement noise
+
+
+def test_observation_reads_the_measurement_or_its_summary() -> None:
+    m = Measurement(ttft_s=np.array([0.1, 0.2]), tpot_s=np.array([0.02, 0.02]),
+                    e2e_s=np.array([2.1, 4.2]), output_tokens=np.array([101, 201]),
+                    ok=np.array([True, True]), itl_s=np.array([0.05]), duration_s=10.0,
+                    wall_time_s=1.0, acceptance=AcceptanceCounts(100, 300, 150, (80, 50, 20)))
+    stats = decode_stats(m)
+    assert stats == {"decode_time_s": pytest.approx(6.0), "decode_tokens": 300.0,
+                     "duration_s": 10.0}
+    config = TrialConfig(3, False, 64, 4096)
+    obs = Observation.from_result(config, 2.0, True, {"load_scale": 1.5}, m)
+    assert obs.step_s == pytest.approx(6.0 / 300 * 2.5)     # decode time per token × L
+    assert obs.batch == pytest.approx(0.6)                  # Little: Σ decode time / span
+    assert obs.scale == 1.5 and obs.counts == m.acceptance
+    same = Observation.from_result(config, 2.0, True, {**stats, "acceptance":
+                                                       m.acceptance.as_dict()})
+    assert same.step_s == pytest.approx(obs.step_s) and same.batch == pytest.approx(obs.batch)
+    failed = Observation.from_result(config, None, False, None)
+    assert failed.value is None and not failed.feasible
+    missed = Observation.from_result(config, 1.0, True, {"capacity_met_slo": 0.0})
+    assert not missed.feasible
+    assert math.isfinite(obs.step_s or math.nan)
