@@ -8,7 +8,7 @@ subpackage can depend on it without cycles. The types are immutable values; the 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, Protocol
 
@@ -22,11 +22,8 @@ __all__ = [
     "FloatArray",
     "Measurement",
     "Progress",
-    "Recommendation",
-    "ReplayMode",
     "ReplaySchedule",
     "Request",
-    "RequestSource",
     "ServeSpec",
     "Slo",
     "TrialConfig",
@@ -75,12 +72,6 @@ class Request:
     acceptance: tuple[float, ...] | None = None
     temperature: float = 0.0
     line: int = 0
-
-
-class RequestSource(Protocol):
-    """A re-iterable, streaming source of requests (e.g. a sample file read lazily)."""
-
-    def __iter__(self) -> Iterator[Request]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,30 +323,3 @@ class AcceptanceCurve:
             return self.expected[n - 1]
         surv = self.survival
         return 1.0 + sum(surv[: min(n, len(surv))])
-
-
-@dataclass(frozen=True, slots=True)
-class Recommendation:
-    """The best config found for one workload, with where it came from (DESIGN §4)."""
-
-    workload: str
-    config: TrialConfig
-    speculative_config: Mapping[str, Any] | None
-    objective: str
-    value: float
-    baseline_value: float | None
-    run_id: str
-    backend: str
-    status: Literal["candidate", "active", "retired"] = "candidate"
-    value_ci: tuple[float, float] | None = None
-    provenance: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def speedup_vs_baseline(self) -> float | None:
-        if not self.baseline_value:
-            return None
-        return self.value / self.baseline_value
-
-
-#: A callable turning a measurement into the objective value being maximised.
-Objective = Callable[[Measurement], float]
