@@ -5,13 +5,15 @@ sample's own times (scaled), and time is a grid of :data:`GRID` cells up to the 
 completion. Three passes refine:
 
 - occupancy B(τ): sequences decoding at τ (from every request's decode begin and end);
-- the step time t(τ) = cost(B(τ)·(1 + m̄) + prefill, ...), where a step carries a full
-  prefill budget ``A(τ) = max_num_batched_tokens - B(τ)·(1 + m̄)`` while prompts queue;
+- step times: a decode-only step t(τ) = cost(B(τ)·(1 + m̄), ...); a step that also carries a
+  prefill chunk fills the budget ``A(τ) = max_num_batched_tokens - B(τ)·(1 + m̄)``;
 - prefill: prompts queue first-come-first-served for the budget; with the cumulative prefill
-  capacity C(τ) = ∫ A/t dτ the queue is solved in token space (prompt i finishes when C
-  reaches max(C(arrival_i), finish level of i-1) + P_i);
-- decode: with the step clock S(τ) = ∫ dτ / t, a request that begins decoding at b_i ends
-  when S reaches S(b_i) + steps_i (its steps from the acceptance model);
+  capacity C(τ) = ∫ A / t_full dτ the queue is solved in token space (prompt i finishes when
+  C reaches max(C(admission_i), finish level of i-1) + P_i);
+- decode: every prompt's chunk steps take longer than a decode-only step; that extra time
+  (its stall) is charged to the grid cell where the prompt is prefilled. With the step clock
+  S(τ) = ∫ (1 - stall share) / t dτ, a request that begins decoding at b_i ends when S
+  reaches S(b_i) + steps_i (its steps from the acceptance model);
 - slots: a request holds one of ``max_num_seqs`` slots from admission (before its prefill)
   to its last token; admission is first-come-first-served, solved as the Lindley recursion of
   one server ``max_num_seqs`` times faster (exact for one slot, the fluid limit when they are
@@ -89,31 +91,41 @@ def trace_latency(wl: Workload, grid: Grid, cost: CostModel, knobs: Knobs, st: S
     kappa = math.exp(knobs.ttft)
     f_slot = math.exp(knobs.slots)
     frac = np.linspace(0.0, 1.0, GRID)[None, :]
-    # start from the steady state: B during the arrival window, the queue busy then
+    # start from the steady state: B during the arrival window, prefill spread evenly
     end = arrival + steps * st.t[:, None]
     finish = arrival.copy()
     begin = arrival.copy()
     horizon = end.max(axis=1, keepdims=True)
     tau = horizon * frac
     occ = np.where(tau <= window, st.b[:, None], 0.0)
-    busy = tau <= window
+    stall = np.zeros_like(tau)
     slot = np.zeros((k, n_req))
+    zeros = np.zeros_like(tau)
     for _ in range(PASSES):
         avail = np.maximum(tok - occ * m1, 1.0)
-        pre = np.where(busy, avail, 0.0)
-        t_tau = cost.step(occ * m1 + pre, occ, occ * per_ctx, pre * half_prompt, win, pre)
-        clock = _clock(tau, 1.0 / t_tau)
-        capacity = _clock(tau, avail / t_tau)
+        t_dec = cost.step(occ * m1, occ, occ * per_ctx, zeros, win, zeros)
+        t_full = cost.step(occ * m1 + avail, occ, occ * per_ctx, avail * half_prompt, win, avail)
+        # decoding sequences progress one step per decode-only step time, except for the
+        # share of the time spent in steps that carry prefill chunks (which run longer)
+        stall_share = np.minimum(stall, 1.0 - t_dec / t_full)
+        clock = _clock(tau, (1.0 - stall_share) / t_dec)
+        capacity = _clock(tau, avail / t_full)
         # admission: a slot is held from admission to the end of decode, FIFO in arrival order
         admit = arrival + slot
-        # prefill: FIFO in token space
+        # prefill: FIFO in token space at the full-budget step's rate
         level = np.maximum.accumulate(interp_rows(tau, capacity, admit, extend=True) - (cum_p - p),
                                       axis=1) + cum_p
         finish = inverse_rows(tau, capacity, level)
-        rate = interp_rows(tau, avail / t_tau, admit)
-        own = p / np.maximum(rate, 1e-9)
+        own = p / np.maximum(interp_rows(tau, avail / t_full, admit), 1e-9)
         queued = np.maximum(finish - admit - own, 0.0)
-        first = np.maximum(own, interp_rows(tau, t_tau, finish))
+        a_fin = interp_rows(tau, avail, finish)
+        b_fin = interp_rows(tau, occ, finish)
+        d_dec = cost.step(b_fin * m1, b_fin, b_fin * per_ctx, 0.0 * p, win, 0.0 * p)
+        rem = p - np.floor(p / a_fin) * a_fin
+        d_full = cost.step(b_fin * m1 + a_fin, b_fin, b_fin * per_ctx, a_fin * p / 2.0, win, a_fin)
+        d_rem = cost.step(b_fin * m1 + rem, b_fin, b_fin * per_ctx, rem * (p - rem / 2.0), win,
+                          rem)
+        first = np.maximum(own, d_rem)
         begin = admit + kappa * queued + first
         # decode on the step clock
         at_begin = interp_rows(tau, clock, begin, extend=True)
@@ -126,13 +138,16 @@ def trace_latency(wl: Workload, grid: Grid, cost: CostModel, knobs: Knobs, st: S
         freed = np.maximum.accumulate(arrival - (done - share), axis=1) + done
         ratio = _erlang_ratio(st.lam * hold.mean(axis=1), grid.seqs)[:, None]
         slot = np.maximum(freed - share - arrival, 0.0) * ratio * f_slot
-        # next grid
+        # next grid: occupancy, and the prefill stall time falling into each cell
         horizon = np.maximum(end.max(axis=1, keepdims=True), 1e-6)
         tau = horizon * frac
         occ = np.clip(count_le(np.sort(begin, axis=1), tau) - count_le(np.sort(end, axis=1), tau),
                       0.0, seqs)
-        busy = (count_le(np.sort(admit, axis=1), tau)
-                - count_le(np.sort(finish, axis=1), tau)) > 0
+        extra = np.floor(p / a_fin) * (d_full - d_dec) + (rem > 0) * (d_rem - d_dec)
+        cell = np.clip((finish / horizon * (GRID - 1)).astype(np.int64), 0, GRID - 1)
+        stall = np.bincount((cell + (np.arange(k) * GRID)[:, None]).ravel(),
+                            weights=np.maximum(extra, 0.0).ravel(),
+                            minlength=k * GRID).reshape(k, GRID) / (horizon / (GRID - 1))
     # ITL: decode-only gaps on the grid, chunk steps from the prefill queue's busy periods
     t_dec = cost.step(occ * m1, occ, occ * per_ctx, np.zeros_like(occ), win,
                       np.zeros_like(occ))

@@ -1,26 +1,19 @@
-"""A mean-field model of one vLLM replica serving a workload, for every candidate config at once.
+"""The predictor's model of one vLLM replica serving a workload, for every candidate at once.
 
-Given a step cost (:mod:`._stepcost`), a workload (its requests' prompt and output lengths,
-arrival times and per-request acceptance curves) and a config (window n, adaptive verification,
-``max_num_seqs``, ``max_num_batched_tokens``), the model finds the steady state of vLLM's
-scheduler at an arrival rate λ:
+Given a step cost (:mod:`._stepcost`: published facts, fitted multipliers), a workload (its
+requests' prompt and output lengths, arrival times and per-request acceptance curves) and the
+candidate configs (window n, adaptive verification, ``max_num_seqs``,
+``max_num_batched_tokens``), :func:`evaluate` reads what a replay would measure:
 
-- decoding sequences B = λ · S̄ · t (Little's law; S̄ = mean decode steps per request, which is
-  (O_i - 1) / E_i(n) from the acceptance model), prefill tokens per step λ·P̄·t, verified
-  tokens per step T = B·(1 + m̄) + λ·P̄·t, and the step time t = cost(T, ...): a fixed point;
-- adaptive verification keeps a draft position while its survival is worth its marginal step
-  cost (survival ≥ B·Ē·∂t/∂T / t), which gives m̄ and E per request;
-- p99 ITL: a step that carries a prefill chunk stalls every decoding sequence; the share of
-  such steps longer than the SLO must stay under 1% (chunks of size
-  ``max_num_batched_tokens - B·(1 + m̄)``);
-- p99 TTFT: prompts queue first-come-first-served for the prefill budget (a fluid queue over
-  the sample's real arrival times, scaled), plus the prefill time itself;
-- ``max_num_seqs`` caps the sequences in flight, the KV cache caps their context.
+- trace replays: a fluid replay over the sample's own arrival times (:mod:`._fluid`), on top
+  of the scheduler's steady state at that rate (:mod:`._meanfield`), giving per-request TTFT
+  and decode step times, the distribution of ITL gaps, and goodput over the replay's span;
+- the capacity reading (DESIGN §2, autotune.orchestrate.capacity): the highest arrival scale
+  whose p99 TTFT and p99 ITL meet the SLO, bisected on the model; the objective is read there;
+- closed-loop replays: the steady state at the policy's concurrency.
 
-The capacity reading (DESIGN §2 trace mode) is the highest arrival scale meeting both p99
-SLOs, found by bisection on the model; closed-loop replays solve for the throughput at the
-policy's concurrency instead. A few knobs of the model (``Knobs``) are fitted to what the
-measured runs show (see :mod:`autotune.search.predictor`).
+A few knobs of the model (:class:`Knobs`) are fitted to what the measured runs show (see
+:mod:`autotune.search.predictor`).
 """
 
 from __future__ import annotations
@@ -48,10 +41,12 @@ from autotune.search._stepcost import CostModel
 __all__ = ["KNOB_NAMES", "Grid", "Knobs", "Outcomes", "Workload", "evaluate"]
 
 FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
 
 #: Bounds of the capacity reading's arrival scale (as autotune.orchestrate.capacity).
 MIN_SCALE, MAX_SCALE = 1 / 64, 64.0
-_BISECTIONS = 14
+_BISECTIONS = 13
+_PRUNE_AFTER = 4
 #: Share of ITL gaps / requests allowed above the SLO for the p99 to meet it.
 _TAIL = 0.01
 
@@ -151,10 +146,19 @@ def _read(wl: Workload, grid: Grid, cost: CostModel, knobs: Knobs, scale: FloatA
                     tokens_per_step=tps)
 
 
+def _subgrid(grid: Grid, idx: IntArray) -> Grid:
+    return Grid(tuple(grid.configs[i] for i in idx), grid.n[idx], grid.av[idx], grid.seqs[idx],
+                grid.tok[idx])
+
+
 def evaluate(wl: Workload, grid: Grid, cost: CostModel, knobs: Knobs, objective: str,
-             scale: FloatArray | None = None) -> Outcomes:
+             scale: FloatArray | None = None, bisections: int = _BISECTIONS) -> Outcomes:
     """The model's reading of every config: at capacity (trace with find_capacity), at the
-    given ``scale`` when passed, else at the policy's time scale or concurrency."""
+    given ``scale`` when passed, else at the policy's time scale or concurrency.
+
+    The capacity is bisected on the log scale; after a few halvings, configs whose capacity
+    is below half of the best one's are no longer refined (they cannot be near the top).
+    """
     k = len(grid)
     if scale is not None:
         return _read(wl, grid, cost, knobs, scale, objective)
@@ -162,13 +166,17 @@ def evaluate(wl: Workload, grid: Grid, cost: CostModel, knobs: Knobs, objective:
         return _read(wl, grid, cost, knobs, np.full(k, wl.time_scale), objective)
     lo = np.full(k, math.log(MIN_SCALE))
     hi = np.full(k, math.log(MAX_SCALE))
-    base_ok, t_lo = _feasible_at(wl, grid, cost, knobs, np.exp(lo), None)
+    base_ok, _ = _feasible_at(wl, grid, cost, knobs, np.exp(lo), None)
     top_ok, _ = _feasible_at(wl, grid, cost, knobs, np.exp(hi), None)
     lo = np.where(top_ok, hi, lo)
-    for _ in range(_BISECTIONS):
-        mid = (lo + hi) / 2.0
-        ok, _ = _feasible_at(wl, grid, cost, knobs, np.exp(mid), t_lo)
-        lo = np.where(ok, mid, lo)
-        hi = np.where(ok, hi, mid)
+    active = np.arange(k)
+    for i in range(bisections):
+        if i == _PRUNE_AFTER:
+            active = active[hi[active] >= lo.max() - math.log(2.0)]
+        sub = grid if active.size == k else _subgrid(grid, active)
+        mid = (lo[active] + hi[active]) / 2.0
+        ok, _ = _feasible_at(wl, sub, cost, knobs, np.exp(mid), None)
+        lo[active] = np.where(ok, mid, lo[active])
+        hi[active] = np.where(ok, hi[active], mid)
     out = _read(wl, grid, cost, knobs, np.exp(lo), objective)
     return replace(out, feasible=base_ok & out.feasible)

@@ -234,34 +234,29 @@ class Predictor:
         self.workload.set_acceptance(self.workload.align(self.calibration.apply_to(self.raw)))
 
     def _fit_cost(self) -> None:
-        """Ridge fit of the cost parts' log-multipliers to measured mean step times."""
+        """Ridge fit of the cost parts' log-multipliers: the replica model's mean decode step
+        (prefill stalls included) at the load each run was measured at, against the run's
+        decode time per token × accepted length."""
         from scipy.optimize import least_squares
 
         wl = self.workload
-        pts = [o for o in self.measured if o.step_s and o.batch is not None and o.step_s > 0]
+        pts = [o for o in self.measured
+               if o.step_s and o.step_s > 0 and (o.scale or wl.mode == "closed")]
         if not pts:
             return
-        n = np.asarray([o.config.num_speculative_tokens for o in pts], dtype=np.float64)
-        b = np.asarray([o.batch for o in pts], dtype=np.float64)
-        t = np.asarray([o.step_s for o in pts], dtype=np.float64)
-        verify = np.asarray([(o.counts.draft_tokens / o.counts.drafts)
-                             if o.counts is not None and o.counts.drafts else 0.0
-                             for o in pts])
-        rate = np.asarray([(o.scale or wl.time_scale) * wl.base_rate for o in pts])
-        if wl.mode == "closed":
-            rate = b / np.maximum(t * np.maximum(
-                [wl.mean_steps(int(x)) for x in n], 1.0), 1e-9)
-        pre = rate * wl.mean_prompt * t
-        tokens = b * (1.0 + verify) + pre
-        ctx = b * wl.mean_context
-        pairs = rate * wl.mean_pairs * t
+        grid = Grid.of([o.config for o in pts])
+        scale = np.asarray([o.scale or wl.time_scale for o in pts])
+        measured = np.log(np.asarray([o.step_s for o in pts], dtype=np.float64))
         sd = np.asarray([_COST_PRIOR_SD[p] for p in COST_PARTS])
 
         def residuals(x: FloatArray) -> FloatArray:
-            pred = self.cost.with_scale(x).step(tokens, b, ctx, pairs, n, pre)
-            return np.concatenate([(np.log(pred) - np.log(t)) / _STEP_SD, x / sd])
+            at = evaluate(wl, grid, self.cost.with_scale(x), self.knobs, self.objective,
+                          scale=scale)
+            return np.concatenate([(np.log(np.maximum(at.step_s, 1e-6)) - measured) / _STEP_SD,
+                                   x / sd])
 
-        fit = least_squares(residuals, np.asarray(self.cost.log_scale), method="trf")
+        fit = least_squares(residuals, np.asarray(self.cost.log_scale), method="trf",
+                            diff_step=1e-3, max_nfev=60)
         self.cost = self.cost.with_scale(fit.x)
 
     def _fit_knobs(self) -> None:
@@ -290,7 +285,7 @@ class Predictor:
                 ok = np.isfinite(measured) & (measured > 0) & (predicted > 0)
                 total += float((np.log(measured[ok] / predicted[ok]) ** 2).sum()) / sd**2
             if wl.find_capacity:
-                cap = evaluate(wl, grid, self.cost, k, self.objective)
+                cap = evaluate(wl, grid, self.cost, k, self.objective, bisections=9)
                 total += float(((np.log(cap.scale) - log_scale) ** 2).sum()) / 0.05**2
             return total
 
