@@ -107,8 +107,6 @@ class Workload:
         self.find_capacity = find_capacity and self.mode == "trace"
         self.mean_prompt = float(self.prompt.mean()) if n else 0.0
         self.mean_pairs = float((self.prompt**2).mean() / 2.0) if n else 0.0
-        self.mean_context = (float((self.output * (self.prompt + self.output / 2.0)).sum()
-                                   / self.output.sum()) if n else 0.0)
         self.order = np.asarray(order, dtype=np.int64)
         self.span_all = span_all
         self.weighted_prompt = float((self.prompt**2).sum() / self.prompt.sum()) if n else 0.0
@@ -121,11 +119,6 @@ class Workload:
     def align(self, acceptance: AcceptanceModel) -> AcceptanceModel:
         """A model whose rows follow the sample's order, reordered to arrival order."""
         return acceptance.with_conditional(acceptance.conditional[self.order])
-
-    def mean_steps(self, window: int) -> float:
-        """Mean decode steps per request at a fixed window."""
-        e = 1.0 + self.e_acc[window, 0] if window > 0 else np.ones(self.prompt.size)
-        return float((np.maximum(self.output - 1.0, 1.0) / e).mean())
 
     def set_acceptance(self, acceptance: AcceptanceModel) -> None:
         """(Re)build the window tables from per-request conditionals in arrival order."""
