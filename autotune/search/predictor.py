@@ -52,6 +52,7 @@ _SCALES = (0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.15, 0.22, 0.3)
 _SCALE_PRIOR_SD = 0.7    # log-normal prior of the model-error sd around _GP_SCALE
 _GP_OFFSET = 0.25        # prior sd of a workload-wide offset of the model (log objective)
 _GP_NOISE = 0.02         # measurement noise of one run's objective (log)
+_FAR_WEIGHT = 0.3        # extra residual noise per unit of log distance below the best run
 #: Prior sd of the replica model's fitted factors (log): ITL durations, TTFT wait, slot wait.
 _KNOB_PRIOR_SD = {"itl": 0.15, "ttft": 0.5, "slots": 0.5}
 _MIN_GAIN = 1.0          # loss improvement (in squared standard errors) a knob move must bring
@@ -156,12 +157,12 @@ def _kernel(a: FloatArray, b: FloatArray, scale: float = _GP_SCALE) -> FloatArra
     return out
 
 
-def _model_error(resid: FloatArray, x: FloatArray) -> float:
+def _model_error(resid: FloatArray, x: FloatArray, noise: FloatArray) -> float:
     """The model-error sd that best explains the residuals (type-II maximum likelihood with a
     log-normal prior around ``_GP_SCALE``): small when the runs agree with the model."""
     best, best_score = _GP_SCALE, -math.inf
     for scale in _SCALES:
-        k = _kernel(x, x, scale) + _GP_NOISE**2 * np.eye(len(resid))
+        k = _kernel(x, x, scale) + np.diag(noise)
         sign, logdet = np.linalg.slogdet(k)
         fit = float(resid @ np.linalg.solve(k, resid))
         prior = (math.log(scale / _GP_SCALE) / _SCALE_PRIOR_SD) ** 2
@@ -345,10 +346,14 @@ class Predictor:
         if pts:
             index = {c: i for i, c in enumerate(grid_all)}
             rows = [index[o.config] for o in pts]
-            resid = np.log([o.value or 1.0 for o in pts]) - model_log[rows]
+            values = np.log([o.value or 1.0 for o in pts])
+            resid = values - model_log[rows]
             x = feats[rows]
-            scale = _model_error(resid, x)
-            k_xx = _kernel(x, x, scale) + _GP_NOISE**2 * np.eye(len(rows))
+            # what matters is the model near the top: a run far below the best counts as a
+            # noisier reading of the residual there (it says little about the optimum)
+            noise = _GP_NOISE**2 + (_FAR_WEIGHT * np.maximum(values.max() - values, 0.0)) ** 2
+            scale = _model_error(resid, x, noise)
+            k_xx = _kernel(x, x, scale) + np.diag(noise)
             k_sx = _kernel(feats, x, scale)
             alpha = np.linalg.solve(k_xx, resid)
             mean = model_log + k_sx @ alpha
