@@ -110,10 +110,6 @@ class Workload:
         self.order = np.asarray(order, dtype=np.int64)
         self.span_all = span_all
         self.weighted_prompt = float((self.prompt**2).sum() / self.prompt.sum()) if n else 0.0
-        gaps = np.diff(self.arrival)
-        cv2 = float(gaps.var() / gaps.mean() ** 2) if gaps.size > 1 and gaps.mean() > 0 else 1.0
-        #: Kingman's factor (c_a² + c_s²) / 2 with exponential service: the trace's burstiness
-        self.burstiness = (cv2 + 1.0) / 2.0 if self.mode == "trace" else 1.0
         self.set_acceptance(self.align(acceptance))
 
     def align(self, acceptance: AcceptanceModel) -> AcceptanceModel:
@@ -243,11 +239,12 @@ def closed_latency(wl: Workload, grid: Grid, cost: CostModel, knobs: Knobs, st: 
                     scale: FloatArray) -> Latency:
     """Step durations for the ITL and per-request TTFTs of a closed-loop replay (mean field).
 
-    Prompts queue FIFO for the prefill budget left after the decode windows (a fluid queue
-    over the sample's arrival times at this scale). Each busy period of that queue packs its
-    prompts into full-budget steps plus one partial step; those steps stall every decoding
-    sequence, the others are decode-only. Waiting for a free sequence slot (``max_num_seqs``)
-    is an Erlang-C wait scaled by the trace's burstiness.
+    ``concurrency`` requests start together; after them, a request enters each time one
+    leaves, at the steady state's completion rate. Prompts queue FIFO for the prefill budget
+    left after the decode windows; each busy period of that queue packs its prompts into
+    full-budget steps plus one partial step, which stall every decoding sequence, the other
+    steps are decode-only. (Waiting for a slot when the concurrency exceeds ``max_num_seqs``
+    is added by the caller.)
     """
     k, n_req = len(grid), wl.prompt.size
     win = grid.n.astype(np.float64)
@@ -265,7 +262,8 @@ def closed_latency(wl: Workload, grid: Grid, cost: CostModel, knobs: Knobs, st: 
     # the queue drains prompt tokens at the budget's rate; a prompt's own TTFT is at least
     # the one step that carries its (first and only, when short) chunk
     service = p * (d_full / a)[:, None]
-    arrival = wl.arrival[None, :] / scale[:, None]
+    entered = np.maximum(np.arange(n_req) - wl.concurrency + 1, 0).astype(np.float64)
+    arrival = entered[None, :] / np.maximum(st.lam, 1e-9)[:, None]
     done = np.cumsum(service, axis=1)
     finish = np.maximum.accumulate(arrival - (done - service), axis=1) + done
     wait = finish - arrival - service
@@ -280,52 +278,16 @@ def closed_latency(wl: Workload, grid: Grid, cost: CostModel, knobs: Knobs, st: 
     rem = tokens - full * a[:, None]
     d_rem = cost.step(decode[:, None] + rem, st.b[:, None], ctx[:, None], rem * rem / 2.0,
                       win[:, None], rem)
-    steps = (wl.span_all / scale + st.s_bar * st.t) / st.t
+    steps = (arrival[:, -1] + st.s_bar * st.t) / st.t
     n_full = full.sum(axis=1)
     partial = (rem > 0).astype(np.float64)
     durations = np.concatenate([t_dec[:, None], d_full[:, None], d_rem], axis=1)
     weights = np.concatenate([np.maximum(steps - n_full - partial.sum(axis=1), 0.0)[:, None],
                               n_full[:, None], partial], axis=1)
-    hold = st.s_bar * st.t + service.mean(axis=1)
-    window_s = wl.span_all / scale
-    slot_mean, slot_p99 = slot_wait(st.lam, hold, grid.seqs, wl.burstiness, window_s)
-    f = math.exp(knobs.slots)
-    ttft = service + math.exp(knobs.ttft) * wait + f * slot_mean[:, None]
+    ttft = service + math.exp(knobs.ttft) * wait
     kv_ok = st.b * (st.ctx + wl.output.mean() / 2.0) <= wl.kv_tokens
-    feasible = st.stable & (avail >= 1.0) & kv_ok
-    return Latency(feasible, durations * math.exp(knobs.itl), weights, ttft,
-                    f * (slot_p99 - slot_mean))
-
-
-def slot_wait(lam: FloatArray, hold: FloatArray, seqs: FloatArray, burst: float,
-               window_s: FloatArray) -> tuple[FloatArray, FloatArray]:
-    """Mean and p99 wait for one of ``seqs`` slots.
-
-    Below saturation, M/M/c (Erlang C) times the trace's burstiness. Above it (the sample
-    arrives faster than ``seqs`` slots drain, possible for the finite ``window_s`` of
-    arrivals), a fluid backlog: slots fill after ``seqs / lam`` seconds, nothing completes
-    before ``hold``, then they drain at ``seqs / hold``; the last arrival waits for the
-    backlog left at the end of the window.
-    """
-    from scipy.stats import poisson
-
-    offered = lam * hold
-    rho = offered / seqs
-    under = rho < 0.98
-    c = np.maximum(np.round(seqs), 1.0)
-    erlang_b = poisson.pmf(c, offered) / np.maximum(poisson.cdf(c, offered), 1e-300)
-    erlang_c = np.where(under, erlang_b / np.maximum(1.0 - rho * (1.0 - erlang_b), 1e-12), 1.0)
-    drain_rate = seqs / hold
-    spare = np.maximum(drain_rate - lam, 1e-9)
-    mean = burst * erlang_c / spare
-    p99 = burst * np.maximum(np.log(np.maximum(erlang_c, 1e-300) / 0.01), 0.0) / spare
-    full_at = seqs / np.maximum(lam, 1e-12)
-    first_done = np.maximum(full_at, hold)
-    backlog = (lam * np.maximum(window_s - full_at, 0.0)
-               - drain_rate * np.maximum(window_s - first_done, 0.0))
-    last = np.maximum(backlog, 0.0) / drain_rate + np.maximum(hold - full_at, 0.0) * (
-        window_s > full_at)
-    return np.where(under, mean, last / 2.0), np.where(under, p99, last)
+    feasible = st.stable & (avail >= 1.0) & kv_ok & (grid.tok >= grid.seqs)
+    return Latency(feasible, durations * math.exp(knobs.itl), weights, ttft, np.zeros(k))
 
 
 def weighted_quantile(values: FloatArray, weights: FloatArray, q: float) -> FloatArray:

@@ -83,6 +83,19 @@ def test_closed_loop_physics_window_gains_shrink_with_batch() -> None:
     assert single[7] / single[1] > busy[7] / busy[1]
 
 
+def test_closed_loop_under_slos_is_feasible_at_modest_concurrency() -> None:
+    """Without arrival times a replay is closed-loop: requests enter as others leave, so the
+    TTFT is a prompt's own prefill (plus its share of the queue), not the whole sample's."""
+    configs = [TrialConfig(n, False, 64, 8192) for n in (1, 4)]
+    p = predictor(requests(gap=None), configs, mode="closed", concurrency=16,
+                  slo=Slo(3000, 100))
+    out = p.model_outcomes()
+    assert (out.ttft_p99_ms < 3000).all() and out.feasible.all()
+    crowded = predictor(requests(gap=None), configs, mode="closed", concurrency=600,
+                        slo=Slo(3000, 100)).model_outcomes()
+    assert (crowded.ttft_p99_ms > out.ttft_p99_ms).all()
+
+
 def test_configs_vllm_refuses_or_samples_that_cannot_fit_are_risky() -> None:
     bad = TrialConfig(3, False, 256, 128)           # max_num_batched_tokens < max_num_seqs
     good = TrialConfig(3, False, 64, 4096)
