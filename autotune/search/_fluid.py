@@ -113,13 +113,13 @@ def trace_latency(wl: Workload, grid: Grid, cost: CostModel, knobs: Knobs, st: S
         # admission: a slot is held from admission to the end of decode, FIFO in arrival order
         admit = arrival + slot
         # prefill: FIFO in token space at the full-budget step's rate
-        level = np.maximum.accumulate(interp_rows(tau, capacity, admit, extend=True) - (cum_p - p),
-                                      axis=1) + cum_p
+        at_admit = interp_rows(tau, capacity, admit, extend=True, uniform=True)
+        level = np.maximum.accumulate(at_admit - (cum_p - p), axis=1) + cum_p
         finish = inverse_rows(tau, capacity, level)
-        own = p / np.maximum(interp_rows(tau, avail / t_full, admit), 1e-9)
+        own = p / np.maximum(interp_rows(tau, avail / t_full, admit, uniform=True), 1e-9)
         queued = np.maximum(finish - admit - own, 0.0)
-        a_fin = interp_rows(tau, avail, finish)
-        b_fin = interp_rows(tau, occ, finish)
+        a_fin = interp_rows(tau, avail, finish, uniform=True)
+        b_fin = interp_rows(tau, occ, finish, uniform=True)
         d_dec = cost.step(b_fin * m1, b_fin, b_fin * per_ctx, 0.0 * p, win, 0.0 * p)
         rem = p - np.floor(p / a_fin) * a_fin
         d_full = cost.step(b_fin * m1 + a_fin, b_fin, b_fin * per_ctx, a_fin * p / 2.0, win, a_fin)
@@ -128,7 +128,7 @@ def trace_latency(wl: Workload, grid: Grid, cost: CostModel, knobs: Knobs, st: S
         first = np.maximum(own, d_rem)
         begin = admit + kappa * queued + first
         # decode on the step clock
-        at_begin = interp_rows(tau, clock, begin, extend=True)
+        at_begin = interp_rows(tau, clock, begin, extend=True, uniform=True)
         end = inverse_rows(tau, clock, at_begin + steps)
         # slot waits for the next pass: Lindley recursion of a server seqs times faster,
         # scaled to seqs servers by the M/M/c ratio Erlang-C / utilisation
@@ -166,7 +166,8 @@ def trace_latency(wl: Workload, grid: Grid, cost: CostModel, knobs: Knobs, st: S
     keep = used.ravel()
     middle = np.zeros(k * n_req)
     middle[keep] = (first_in[keep] + last_out[keep]) / 2.0
-    b_at = interp_rows(tau, occ, middle.reshape(k, n_req))   # sequences its chunk steps stall
+    # the sequences each busy period's chunk steps stall
+    b_at = interp_rows(tau, occ, middle.reshape(k, n_req), uniform=True)
     a_at = np.maximum(grid.tok[:, None] - b_at * m1, 1.0)
     full = np.floor(tokens / a_at)
     rem = tokens - full * a_at
