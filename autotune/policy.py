@@ -266,10 +266,12 @@ class Sim(_Model):
 
 
 class Search(_Model):
-    strategy: Literal["tpe", "random", "grid", "guided"] = Field(
-        default="tpe", description="tpe, random, grid, or guided (acceptance-guided).")
+    strategy: Literal["guided", "tpe", "random", "grid"] = Field(
+        default="guided",
+        description="guided (acceptance-guided, docs/search.md), tpe, random, or grid.")
     epsilon: float = Field(
-        default=0.005, ge=0, description="Stop when the predicted remaining gain is below this.")
+        default=0.005, ge=0,
+        description="guided: stop when the predicted remaining gain is below this.")
 
 
 class Policy(_Model):
