@@ -158,6 +158,8 @@ class WorkloadReport:
     #: The policy's p99 bounds (ms), recovered from the trials' constraints.
     itl_slo_ms: float | None = None
     ttft_slo_ms: float | None = None
+    #: The confidence-head calibration the run's guided search fitted (Store.calibrations).
+    fit: Mapping[str, Any] | None = None
 
     @property
     def measured(self) -> list[TrialPoint]:
@@ -278,6 +280,9 @@ def load_report_data(store: Store, run_id: str | None = None) -> ReportData:
     rec_by_workload: dict[str, Mapping[str, Any]] = {}
     for r in recs:  # newest first per workload: keep the newest of this run
         rec_by_workload.setdefault(r["workload"], r)
+    fits: dict[str, Mapping[str, Any]] = {}
+    for c in store.calibrations(run_id=rid):  # newest first: keep the run's final fit
+        fits.setdefault(c["workload"], c)
     names = sorted({t["workload"] for t in views} | set(rec_by_workload))
     workloads = []
     for name in names:
@@ -285,7 +290,7 @@ def load_report_data(store: Store, run_id: str | None = None) -> ReportData:
         workloads.append(WorkloadReport(
             name=name, trials=tuple(TrialPoint.from_view(t) for t in mine),
             recommendation=rec_by_workload.get(name), itl_slo_ms=slo_bound(mine, ITL_P99),
-            ttft_slo_ms=slo_bound(mine, "ttft_p99_ms")))
+            ttft_slo_ms=slo_bound(mine, "ttft_p99_ms"), fit=fits.get(name)))
     objectives = {str(r["objective"]) for r in recs}
     objective = objectives.pop() if len(objectives) == 1 else "objective"
     return ReportData(run=run, workloads=tuple(workloads),

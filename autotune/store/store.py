@@ -418,3 +418,18 @@ class Store:
             s.add(row)
             s.flush()
             return row.id
+
+    def calibrations(self, run_id: str | None = None,
+                     workload: str | None = None) -> list[dict[str, Any]]:
+        """Stored acceptance-head calibrations (method, ECE before and held-out ECE after),
+        newest first."""
+        with self._read() as s:
+            q = select(Calibration).order_by(Calibration.id.desc())
+            if run_id:
+                q = q.where(Calibration.run_id == run_id)
+            if workload:
+                q = q.where(Calibration.workload == workload)
+            return [{"workload": c.workload, "run": c.run_id, "method": c.method,
+                     "params": dict(c.params or {}), "ece_before": c.ece_before,
+                     "ece_after": c.ece_after, "created_at": _iso(c.created_at)}
+                    for c in s.scalars(q)]

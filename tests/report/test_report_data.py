@@ -124,3 +124,29 @@ def test_run_selection(tmp_path: Path) -> None:
     assert data.run["run"] == newer.run_id
     assert [w.name for w in data.workloads] == ["rag"]  # only this run's trials and recs
     assert [r["workload"] for r in data.recommendations] == ["rag"]
+
+
+def test_each_workload_shows_its_runs_newest_calibration_fit(filled: FilledRun) -> None:
+    from autotune.report.figures import calibration_chart
+
+    store = filled.store
+    names = sorted(filled.trials)
+    other = fill_run(store, sha="c" * 64).run_id  # a later run's fit must not leak in
+    store.record_calibration(workload=names[0], run_id=filled.run_id, method="temperature",
+                             params={"t": [1.2]}, ece_before=0.05, ece_after=0.02)
+    store.record_calibration(workload=names[0], run_id=filled.run_id, method="isotonic",
+                             params={}, ece_before=0.0312, ece_after=0.0033)
+    store.record_calibration(workload=names[1], run_id=other, method="temperature",
+                             params={}, ece_before=0.9, ece_after=0.8)
+    assert [c["method"] for c in store.calibrations(run_id=filled.run_id)] == \
+        ["isotonic", "temperature"]
+    data = load_report_data(store, filled.run_id)
+    fits = {w.name: w.fit for w in data.workloads}
+    first = fits[names[0]]
+    assert first is not None
+    assert (first["method"], first["ece_before"], first["ece_after"]) == \
+        ("isotonic", 0.0312, 0.0033)
+    assert fits[names[1]] is None
+    caption = calibration_chart(data).caption
+    assert f"{names[0]} isotonic, ECE 0.0312 before, 0.0033 after" in caption
+    assert "0.9" not in caption
