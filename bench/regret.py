@@ -40,12 +40,14 @@ configs.
     .venv/bin/python bench/regret.py                     # table, checks, calibration, JSON
     .venv/bin/python bench/regret.py --json              # the issue's JSON shape, nothing else
     .venv/bin/python bench/regret.py --cache /tmp/oracle.jsonl   # reuse oracle readings
+    .venv/bin/python bench/regret.py --jobs 1            # one process (default: one per core)
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import fcntl
 import json
 import math
 import os
@@ -233,10 +235,11 @@ def build_table(wl: Workload, args: argparse.Namespace, log: Callable[[str], Non
             return Reading(r["value"], r["feasible"], r["constraints"], r["summary"])
         got = _measure(backend, policy, wl, config, repeat, args.capacity_replays)
         if args.cache:
+            line = json.dumps({"key": k, "value": got.value, "feasible": got.feasible,
+                               "constraints": got.constraints, "summary": got.summary}) + "\n"
             with Path(args.cache).open("a") as sink:
-                sink.write(json.dumps({"key": k, "value": got.value, "feasible": got.feasible,
-                                       "constraints": got.constraints,
-                                       "summary": got.summary}) + "\n")
+                fcntl.flock(sink, fcntl.LOCK_EX)  # --jobs: other workloads append too
+                sink.write(line)
         return got
 
     t0 = time.perf_counter()
@@ -308,6 +311,85 @@ def runs_to(table: Table, trials: Sequence[tuple[Any, Reading]], target: float) 
 
 
 # -- main -------------------------------------------------------------------------------------
+@dataclass
+class WorkloadResult:
+    name: str
+    detail: dict[str, Any] | None
+    t_oracle: float
+    t_methods: float
+    lines: list[str]
+
+
+def _log(args: argparse.Namespace, msg: str) -> None:
+    print(msg, file=sys.stderr if args.json else sys.stdout, flush=True)
+
+
+class _Inline:
+    """``Executor.map`` in this process (--jobs 1)."""
+
+    def __enter__(self) -> _Inline:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def map(self, fn: Callable[..., Any], *its: Any) -> Any:
+        return map(fn, *its)
+
+
+def _executor(jobs: int) -> Any:
+    from concurrent.futures import ProcessPoolExecutor
+
+    return _Inline() if jobs <= 1 else ProcessPoolExecutor(max_workers=jobs)
+
+
+def bench_workload(wl: Workload, args: argparse.Namespace) -> WorkloadResult:
+    """The oracle table of one workload, then every method over every seed on it."""
+    lines: list[str] = []
+    t1 = time.perf_counter()
+    table = build_table(wl, args, lambda msg: _log(args, msg))
+    t_oracle = time.perf_counter() - t1
+    best_c, best_v = table.oracle()
+    default = bench_policy(wl, "grid", BUDGET).baseline.config()
+    lines.append(f"{wl.name}: oracle {best_c.short()} = {best_v:.3f}; default_n7 regret "
+                 f"{regret(table, default):.2%}  ({wl.note})")
+    if args.oracle_only:
+        return WorkloadResult(wl.name, None, t_oracle, 0.0, lines)
+    t1 = time.perf_counter()
+    per: dict[str, list[Run]] = {m: [] for m in METHODS}
+    for seed in range(args.seeds):
+        for method in ("guided", "tpe", "random"):
+            per[method].append(run_searcher(wl, table, method, seed,
+                                            BUDGET if method == "guided" else LONG_RUN))
+        per["grid"].append(run_grid(wl, table, seed))
+    t_methods = time.perf_counter() - t1
+    detail: dict[str, Any] = {"oracle": best_c.as_dict(), "oracle_value": best_v,
+                              "default_regret": regret(table, default), "runs": {}}
+    for method, runs in per.items():
+        rows: list[dict[str, Any]] = []
+        for r in runs:
+            head = r.trials[:BUDGET] if method in ("tpe", "random") else r.trials
+            chosen = _best(head)
+            rows.append({"regret": regret(table, chosen), "runs": len(head),
+                         "chosen": chosen.as_dict() if chosen else None,
+                         "to_2pct": runs_to(table, r.trials, 0.02),
+                         "stop": r.stop_reason,
+                         "calibration": (None if r.calibration is None else
+                                         {"method": r.calibration.method,
+                                          "ece_before": r.calibration.ece_before,
+                                          "ece_after": r.calibration.ece_after}),
+                         "trials": [c.short() for c, _ in head]})
+        detail["runs"][method] = rows
+        lines.append(f"  {method:7s} regret median {_median([x['regret'] for x in rows]):.2%} "
+                     f"max {max(x['regret'] for x in rows):.2%}  runs median "
+                     f"{_median([x['runs'] for x in rows]):.0f}  to 2%: "
+                     f"{[x['to_2pct'] for x in rows]}")
+    g = detail["runs"]["guided"][0]
+    lines.append(f"  guided seed 0 ran {g['trials']} -> {g['chosen']} ({g['stop']}); "
+                 f"calibration {g['calibration']}")
+    return WorkloadResult(wl.name, detail, t_oracle, t_methods, lines)
+
+
 def _median(xs: Sequence[float]) -> float:
     return float(statistics.median(xs))
 
@@ -325,67 +407,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workloads", nargs="*", help="subset of workload names")
     parser.add_argument("--cache", help="JSON-lines file of oracle readings (read, appended)")
     parser.add_argument("--detail", type=Path, help="write per-run details (JSON) here")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                        help="workloads benchmarked in parallel processes (default: cores)")
     parser.add_argument("--oracle-only", action="store_true",
                         help="only measure the oracle tables (fills --cache), then exit")
     args = parser.parse_args(argv)
 
     def log(msg: str) -> None:
-        print(msg, file=sys.stderr if args.json else sys.stdout, flush=True)
+        _log(args, msg)
 
     t0 = time.perf_counter()
     wls = build_workloads(args.data, args.requests)
     if args.workloads:
         wls = [w for w in wls if w.name in set(args.workloads)]
-    seeds = list(range(args.seeds))
-    results: dict[str, dict[str, list[Any]]] = {}
     detail: dict[str, Any] = {}
     t_oracle = t_methods = 0.0
-    for wl in wls:
-        t1 = time.perf_counter()
-        table = build_table(wl, args, log)
-        t_oracle += time.perf_counter() - t1
-        best_c, best_v = table.oracle()
-        default = bench_policy(wl, "grid", BUDGET).baseline.config()
-        log(f"{wl.name}: oracle {best_c.short()} = {best_v:.3f}; default_n7 regret "
-            f"{regret(table, default):.2%}  ({wl.note})")
-        if args.oracle_only:
-            continue
-        t1 = time.perf_counter()
-        per: dict[str, list[Any]] = {m: [] for m in METHODS}
-        for seed in seeds:
-            for method in ("guided", "tpe", "random"):
-                per[method].append(run_searcher(wl, table, method, seed,
-                                                BUDGET if method == "guided" else LONG_RUN))
-            per["grid"].append(run_grid(wl, table, seed))
-        t_methods += time.perf_counter() - t1
-        results[wl.name] = per
-        detail[wl.name] = {"oracle": best_c.as_dict(), "oracle_value": best_v,
-                           "default_regret": regret(table, default), "runs": {}}
-        for method, runs in per.items():
-            rows = []
-            for r in runs:
-                head = r.trials[:BUDGET] if method in ("tpe", "random") else r.trials
-                chosen = _best(head)
-                rows.append({"regret": regret(table, chosen), "runs": len(head),
-                             "chosen": chosen.as_dict() if chosen else None,
-                             "to_2pct": runs_to(table, r.trials, 0.02),
-                             "stop": r.stop_reason,
-                             "calibration": (None if r.calibration is None else
-                                             {"method": r.calibration.method,
-                                              "ece_before": r.calibration.ece_before,
-                                              "ece_after": r.calibration.ece_after}),
-                             "trials": [c.short() for c, _ in head]})
-            detail[wl.name]["runs"][method] = rows
-            log(f"  {method:7s} regret median {_median([x['regret'] for x in rows]):.2%} "
-                f"max {max(x['regret'] for x in rows):.2%}  runs median "
-                f"{_median([x['runs'] for x in rows]):.0f}  to 2%: "
-                f"{[x['to_2pct'] for x in rows]}")
-        g = detail[wl.name]["runs"]["guided"][0]
-        log(f"  guided seed 0 ran {g['trials']} -> {g['chosen']} ({g['stop']}); "
-            f"calibration {g['calibration']}")
+    with _executor(args.jobs) as pool:
+        for res in pool.map(bench_workload, wls, [args] * len(wls)):
+            for line in res.lines:
+                log(line)
+            t_oracle += res.t_oracle
+            t_methods += res.t_methods
+            if res.detail is not None:
+                detail[res.name] = res.detail
 
     if args.oracle_only:
-        log(f"oracle tables measured in {t_oracle:.0f} s")
+        log(f"oracle tables measured in {t_oracle:.0f} s (summed over workloads), wall "
+            f"{time.perf_counter() - t0:.0f} s")
         return 0
 
     def pooled(method: str, key: str) -> list[float]:
@@ -408,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
                                           default=str))
     if not args.json:
         _checks(out, detail, log)
-        log(f"wall: oracle {t_oracle:.0f} s, methods {t_methods:.0f} s, total "
+        log(f"oracle {t_oracle:.0f} s, methods {t_methods:.0f} s (summed over workloads), wall "
             f"{time.perf_counter() - t0:.0f} s")
     print(json.dumps(out))
     return 0
