@@ -330,7 +330,9 @@ def interp_rows(xp: FloatArray, fp: FloatArray, x: FloatArray, *,
     m = xp.shape[1]
     if uniform:
         cell = np.floor(x * ((m - 1) / np.maximum(xp[:, -1:], 1e-300)))
-        i = np.minimum(np.maximum(cell, 0), m - 2).astype(np.int64)
+        # fmax/fmin: a NaN query takes segment 0 (its value stays NaN) instead of an index
+        # the cast to int would make up
+        i = np.fmin(np.fmax(cell, 0), m - 2).astype(np.int64)
     else:
         i = np.minimum(np.maximum(count_le(xp, x) - 1, 0), m - 2)
     x0, x1, f0, f1 = _segments(xp, fp, i)

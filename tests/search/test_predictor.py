@@ -162,3 +162,19 @@ def test_observation_reads_the_measurement_or_its_summary() -> None:
     missed = Observation.from_result(config, 1.0, True, {"capacity_met_slo": 0.0})
     assert not missed.feasible
     assert math.isfinite(obs.step_s or math.nan)
+
+
+def test_uniform_grid_interpolation_matches_the_searched_one() -> None:
+    from autotune.search._meanfield import interp_rows
+
+    rng = np.random.default_rng(3)
+    horizon = rng.uniform(0.5, 50.0, size=(6, 1))
+    xp = horizon * np.linspace(0.0, 1.0, 96)[None, :]
+    fp = np.cumsum(rng.uniform(0.0, 2.0, size=xp.shape), axis=1)
+    x = rng.uniform(-5.0, 60.0, size=(6, 40))
+    x[:, :5] = xp[:, 10:15]                  # exactly on knots
+    x[0, 5], x[1, 5], x[2, 5] = np.nan, np.inf, -np.inf
+    for extend in (False, True):
+        searched = interp_rows(xp, fp, x, extend=extend)
+        divided = interp_rows(xp, fp, x, extend=extend, uniform=True)
+        np.testing.assert_allclose(divided, searched, rtol=1e-12, atol=1e-12)
