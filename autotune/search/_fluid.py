@@ -186,5 +186,4 @@ def trace_latency(wl: Workload, grid: Grid, cost: CostModel, knobs: Knobs, st: S
     kv_ok = peak * (st.ctx + wl.output.mean() / 2.0) <= wl.kv_tokens
     # vLLM refuses max_num_batched_tokens < max_num_seqs at start-up
     feasible = kv_ok & np.isfinite(end).all(axis=1) & (grid.tok >= grid.seqs)
-    return Latency(feasible, durations * math.exp(knobs.itl), weights, ttft, np.zeros(k),
-                   t_req, end)
+    return Latency(feasible, durations * math.exp(knobs.itl), weights, ttft, t_req, end)

@@ -229,14 +229,13 @@ class Latency:
     feasible: npt.NDArray[np.bool_]   # stable, budget left for prefill, slots, KV cache
     durations: FloatArray             # (K, M) step durations (s), ITL factor applied
     weights: FloatArray               # (K, M) how many steps of each duration
-    ttft: FloatArray                  # (K, N) per-request TTFT without the slot p99 excess
-    slot_extra: FloatArray            # (K,) p99 - mean of the slot wait
+    ttft: FloatArray                  # (K, N) per-request TTFT
     step: FloatArray | None = None    # (K, N) per-request decode step time (trace replay)
     end: FloatArray | None = None     # (K, N) per-request completion time (trace replay)
 
 
-def closed_latency(wl: Workload, grid: Grid, cost: CostModel, knobs: Knobs, st: State,
-                    scale: FloatArray) -> Latency:
+def closed_latency(wl: Workload, grid: Grid, cost: CostModel, knobs: Knobs,
+                   st: State) -> Latency:
     """Step durations for the ITL and per-request TTFTs of a closed-loop replay (mean field).
 
     ``concurrency`` requests start together; after them, a request enters each time one
@@ -287,7 +286,7 @@ def closed_latency(wl: Workload, grid: Grid, cost: CostModel, knobs: Knobs, st: 
     ttft = service + math.exp(knobs.ttft) * wait
     kv_ok = st.b * (st.ctx + wl.output.mean() / 2.0) <= wl.kv_tokens
     feasible = st.stable & (avail >= 1.0) & kv_ok & (grid.tok >= grid.seqs)
-    return Latency(feasible, durations * math.exp(knobs.itl), weights, ttft, np.zeros(k))
+    return Latency(feasible, durations * math.exp(knobs.itl), weights, ttft)
 
 
 def weighted_quantile(values: FloatArray, weights: FloatArray, q: float) -> FloatArray:

@@ -70,7 +70,7 @@ def latency(wl: Workload, grid: Grid, cost: CostModel, knobs: Knobs, st: State,
             scale: FloatArray) -> Latency:
     """Latencies of a replay: the fluid trace replay, or the closed-loop steady state."""
     if wl.mode == "closed":
-        return closed_latency(wl, grid, cost, knobs, st, scale)
+        return closed_latency(wl, grid, cost, knobs, st)
     return trace_latency(wl, grid, cost, knobs, st, scale)
 
 
@@ -82,8 +82,7 @@ def _meets(wl: Workload, lat: Latency) -> npt.NDArray[np.bool_]:
         over = (lat.weights * (lat.durations * 1000.0 > slo.itl_p99_ms)).sum(axis=1)
         ok &= over <= _TAIL * lat.weights.sum(axis=1)
     if slo.ttft_p99_ms is not None and wl.measured.any():
-        bound = slo.ttft_p99_ms / 1000.0 - lat.slot_extra
-        late = (lat.ttft[:, wl.measured] > bound[:, None]).mean(axis=1)
+        late = (lat.ttft[:, wl.measured] > slo.ttft_p99_ms / 1000.0).mean(axis=1)
         ok &= late <= _TAIL
     return ok
 
@@ -106,8 +105,7 @@ def _read(wl: Workload, grid: Grid, cost: CostModel, knobs: Knobs, scale: FloatA
     if closed:
         over = np.maximum(wl.concurrency - grid.seqs, 0.0)
         ttft_m = ttft_m + (over / np.maximum(st.lam, 1e-9))[:, None]
-    ttft_p99 = (np.quantile(ttft_m, 0.99, axis=1) if meas.any() else np.zeros(len(grid))) \
-        + lat.slot_extra
+    ttft_p99 = np.quantile(ttft_m, 0.99, axis=1) if meas.any() else np.zeros(len(grid))
     itl = weighted_quantile(lat.durations, lat.weights, 1.0 - _TAIL)
     margins = [np.full(len(grid), np.inf)]
     if slo.itl_p99_ms is not None:
