@@ -56,7 +56,7 @@ import statistics
 import sys
 import time
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -324,23 +324,16 @@ def _log(args: argparse.Namespace, msg: str) -> None:
     print(msg, file=sys.stderr if args.json else sys.stdout, flush=True)
 
 
-class _Inline:
-    """``Executor.map`` in this process (--jobs 1)."""
-
-    def __enter__(self) -> _Inline:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-    def map(self, fn: Callable[..., Any], *its: Any) -> Any:
-        return map(fn, *its)
-
-
-def _executor(jobs: int) -> Any:
+def _map_workloads(jobs: int, args: argparse.Namespace,
+                   wls: Sequence[Workload]) -> Iterator[WorkloadResult]:
+    """bench_workload over the workloads, in order: in this process, or in ``jobs`` processes."""
+    if jobs <= 1:
+        yield from (bench_workload(wl, args) for wl in wls)
+        return
     from concurrent.futures import ProcessPoolExecutor
 
-    return _Inline() if jobs <= 1 else ProcessPoolExecutor(max_workers=jobs)
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        yield from pool.map(bench_workload, wls, [args] * len(wls))
 
 
 def bench_workload(wl: Workload, args: argparse.Namespace) -> WorkloadResult:
@@ -422,14 +415,13 @@ def main(argv: list[str] | None = None) -> int:
         wls = [w for w in wls if w.name in set(args.workloads)]
     detail: dict[str, Any] = {}
     t_oracle = t_methods = 0.0
-    with _executor(args.jobs) as pool:
-        for res in pool.map(bench_workload, wls, [args] * len(wls)):
-            for line in res.lines:
-                log(line)
-            t_oracle += res.t_oracle
-            t_methods += res.t_methods
-            if res.detail is not None:
-                detail[res.name] = res.detail
+    for res in _map_workloads(args.jobs, args, wls):
+        for line in res.lines:
+            log(line)
+        t_oracle += res.t_oracle
+        t_methods += res.t_methods
+        if res.detail is not None:
+            detail[res.name] = res.detail
 
     if args.oracle_only:
         log(f"oracle tables measured in {t_oracle:.0f} s (summed over workloads), wall "
