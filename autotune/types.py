@@ -1,8 +1,8 @@
 """Value types every layer shares: requests, trial configs, measurements, acceptance curves.
 
-This module imports nothing from autotune (only the standard library and numpy), so every
-subpackage can depend on it without cycles. The types are immutable values; the arrays inside a
-:class:`Measurement` must not be mutated by whoever receives them.
+This module imports nothing from autotune but the SLO rule (:mod:`autotune.slo`, a leaf), so
+every subpackage can depend on it without cycles. The types are immutable values; the arrays
+inside a :class:`Measurement` must not be mutated by whoever receives them.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from autotune.slo import Slo, SloCheck, quantile_ms
+
 __all__ = [
     "SPECULATIVE_CONFIG_KEYS",
     "AcceptanceCounts",
@@ -26,6 +28,7 @@ __all__ = [
     "Request",
     "ServeSpec",
     "Slo",
+    "SloCheck",
     "TrialConfig",
     "quantile_ms",
 ]
@@ -72,14 +75,6 @@ class Request:
     acceptance: tuple[float, ...] | None = None
     temperature: float = 0.0
     line: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Slo:
-    """Latency service-level objectives, in milliseconds (None: no bound)."""
-
-    ttft_p99_ms: float | None = None
-    itl_p99_ms: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,13 +207,6 @@ class AcceptanceCounts:
         )
 
 
-def quantile_ms(values: FloatArray, q: float) -> float:
-    """The q-quantile of ``values`` (seconds) in milliseconds; NaN when empty."""
-    if values.size == 0:
-        return math.nan
-    return float(np.quantile(values, q)) * 1000.0
-
-
 @dataclass(frozen=True)
 class Measurement:
     """What one replay of a schedule on one replica measured; the same shape from every backend.
@@ -249,17 +237,12 @@ class Measurement:
         return int(self.ttft_s.size)
 
     def meets_slo(self, slo: Slo) -> npt.NDArray[np.bool_]:
-        """Per request: completed, TTFT within the TTFT SLO and TPOT within the ITL SLO.
+        """Per request: meets the SLO as goodput counts it (:meth:`Slo.met_by_requests`)."""
+        return slo.met_by_requests(self.ok, self.ttft_s, self.tpot_s)
 
-        TPOT (mean gap per token) is the per-request reading of the ITL objective, as in
-        DistServe's goodput; the pooled p99 ITL is checked separately as a constraint.
-        """
-        met = self.ok.copy()
-        if slo.ttft_p99_ms is not None:
-            met &= self.ttft_s * 1000.0 <= slo.ttft_p99_ms
-        if slo.itl_p99_ms is not None:
-            met &= self.tpot_s * 1000.0 <= slo.itl_p99_ms
-        return met
+    def slo_check(self, slo: Slo) -> SloCheck:
+        """The replay judged against ``slo`` (:meth:`Slo.check`): p99s, failures, verdict."""
+        return slo.check(self.ok, self.ttft_s, self.itl_s)
 
     def summary(self, slo: Slo) -> dict[str, Any]:
         """Scalar metrics (JSON-ready): throughputs, goodput, latency quantiles, acceptance."""

@@ -16,9 +16,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from autotune.objective import Outcome
 from autotune.orchestrate.tuning import Reporter, TuneResult, WorkloadResult
 from autotune.policy import Policy
-from autotune.search import Outcome, Suggestion
+from autotune.search import Suggestion
 from autotune.traffic.load import LoadedSample
 
 __all__ = ["RichReporter", "print_json", "print_table", "recommendations_table",

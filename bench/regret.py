@@ -185,8 +185,8 @@ class Table:
 
 def _measure(backend: Any, policy: Any, wl: Workload, config: Any, repeat: int,
              replays: int) -> Reading:
+    from autotune.objective import score_measurement
     from autotune.orchestrate.capacity import replay_at_capacity
-    from autotune.search import evaluate
     from autotune.search.predictor import decode_stats
 
     slo = policy.objective.slo.slo()
@@ -196,7 +196,7 @@ def _measure(backend: Any, policy: Any, wl: Workload, config: Any, repeat: int,
         m = replay_at_capacity(replica, schedule, slo, max_replays=replays)
     finally:
         replica.stop()
-    out = evaluate(m, policy.objective.maximize, slo)
+    out = score_measurement(m, policy.objective.maximize, slo)
     summary = {k: v for k, v in out.summary.items() if k != "per_position_acceptance"}
     summary.update(decode_stats(m))
     return Reading(out.value, out.feasible, dict(out.constraints), summary)
@@ -264,7 +264,7 @@ class Run:
 
 
 def _best(trials: Sequence[tuple[Any, Reading]]) -> Any:
-    from autotune.search import Outcome, Scored, select_best
+    from autotune.objective import Outcome, Scored, select_best
 
     scored = [Scored(i, c, Outcome(r.value, r.constraints, r.summary))
               for i, (c, r) in enumerate(trials)]
@@ -273,7 +273,8 @@ def _best(trials: Sequence[tuple[Any, Reading]]) -> Any:
 
 
 def run_searcher(wl: Workload, table: Table, method: str, seed: int, budget: int) -> Run:
-    from autotune.search import Outcome, Searcher
+    from autotune.objective import Outcome
+    from autotune.search import Searcher
     from autotune.search.guided import make_guide
 
     policy = bench_policy(wl, method, budget)

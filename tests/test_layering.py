@@ -1,5 +1,6 @@
-"""Imports flow one way (DESIGN §3): cli → daemon → orchestrate → search, backends →
-acceptance, traffic, store, export → types. Checked on the source, import by import."""
+"""Imports flow one way (docs/architecture.md, "Import rules"), checked on the source, import by
+import: every part of ``autotune/`` may import only the parts listed for it below, and every
+part must be listed (a new package has to take its place in the order)."""
 
 from __future__ import annotations
 
@@ -10,25 +11,35 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "autotune"
 
-#: layer -> the autotune layers it must never import
-FORBIDDEN = {
-    "types": {"*"},
-    "errors": {"*"},
-    "backends": {"search", "store", "orchestrate", "daemon", "cli", "ui", "report"},
-    "search": {"backends", "orchestrate", "daemon", "cli", "ui", "report"},
-    "acceptance": {"backends", "search", "orchestrate", "daemon", "cli", "ui", "report"},
-    "traffic": {"backends", "search", "store", "orchestrate", "daemon", "cli", "ui"},
-    "store": {"backends", "orchestrate", "daemon", "cli", "ui", "report"},
-    "export": {"backends", "search", "orchestrate", "daemon", "cli", "ui"},
-    "orchestrate": {"daemon", "cli", "ui", "report"},
-    "daemon": {"cli", "ui"},
-    "report": {"backends", "orchestrate", "daemon", "cli"},
+_BASE = {"errors", "slo", "types"}
+#: part -> the autotune parts it may import (besides itself)
+ALLOWED: dict[str, set[str]] = {
+    "errors": set(),
+    "slo": set(),
+    "types": {"slo"},
+    "objective": {"slo", "types"},
+    "policy": _BASE,
+    "acceptance": _BASE,
+    "traffic": _BASE,
+    "backends": _BASE,
+    "store": _BASE,
+    "export": _BASE | {"store"},
+    "predict": _BASE | {"acceptance"},
+    "search": _BASE | {"acceptance", "objective", "policy", "predict"},
+    "recommend": _BASE | {"acceptance", "export", "objective", "policy", "store"},
+    "orchestrate": _BASE | {"acceptance", "backends", "export", "objective", "policy",
+                            "recommend", "search", "store", "traffic"},
+    "report": _BASE | {"export", "store"},
+    "daemon": _BASE | {"export", "orchestrate", "store", "traffic"},
+    "ui": _BASE | {"objective", "orchestrate", "policy", "recommend", "search", "store",
+                   "traffic"},
+    "cli": _BASE | {"backends", "daemon", "export", "orchestrate", "policy", "report", "store",
+                    "traffic", "ui"},
 }
 
 
-def layer_of(path: Path) -> str:
-    rel = path.relative_to(PACKAGE)
-    return rel.parts[0].removesuffix(".py")
+def part_of(path: Path) -> str:
+    return path.relative_to(PACKAGE).parts[0].removesuffix(".py")
 
 
 def autotune_imports(path: Path) -> set[str]:
@@ -48,17 +59,30 @@ def autotune_imports(path: Path) -> set[str]:
 
 
 MODULES = sorted(p for p in PACKAGE.rglob("*.py") if "migrations" not in p.parts)
+PARTS = sorted({part_of(p) for p in MODULES} - {"__init__"})
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_imports_flow_one_way(path: Path) -> None:
-    layer = layer_of(path)
-    banned = FORBIDDEN.get(layer, set())
-    imported = autotune_imports(path) - {layer}
-    bad = imported if "*" in banned else imported & banned
-    assert not bad, f"{path.relative_to(PACKAGE.parent)} ({layer}) imports {sorted(bad)}"
+    part = part_of(path)
+    if part == "__init__":
+        assert not autotune_imports(path), "autotune/__init__.py imports nothing of autotune"
+        return
+    imported = autotune_imports(path) - {part}
+    bad = imported - ALLOWED[part]
+    assert not bad, f"{path.relative_to(PACKAGE.parent)} ({part}) imports {sorted(bad)}"
+
+
+def test_every_part_has_a_place_in_the_order() -> None:
+    assert set(PARTS) <= set(ALLOWED), f"unplaced parts: {sorted(set(PARTS) - set(ALLOWED))}"
+
+
+def test_the_order_has_no_cycle() -> None:
+    import graphlib
+
+    graphlib.TopologicalSorter(ALLOWED).static_order()  # raises CycleError on a cycle
 
 
 def test_nothing_imports_the_cli() -> None:
-    users = [p for p in MODULES if layer_of(p) != "cli" and "cli" in autotune_imports(p)]
+    users = [p for p in MODULES if part_of(p) != "cli" and "cli" in autotune_imports(p)]
     assert not users

@@ -4,9 +4,10 @@ Replaying a production trace at its own rate leaves a well-sized replica idle pa
 every config then serves every request and goodput equals the arrival rate, so configs cannot
 be told apart. Following DistServe, a trial's goodput is instead measured at the highest rate
 the replica sustains: the trace is replayed on the same replica at rising (or falling) speeds
-(``time_scale``, doubling or halving), then bisected, and the fastest replay whose p99 TTFT and
-p99 ITL meet the SLO is the trial's measurement (``extra["load_scale"]`` says how fast). No
-server restart happens between replays, so on real hardware this costs replay time only.
+(``time_scale``, doubling or halving), then bisected, and the fastest replay that meets the SLO
+(:meth:`autotune.slo.Slo.check`: every request completed, p99 TTFT and p99 ITL within bounds)
+is the trial's measurement (``extra["load_scale"]`` says how fast). No server restart happens
+between replays, so on real hardware this costs replay time only.
 """
 
 from __future__ import annotations
@@ -15,21 +16,12 @@ import math
 from dataclasses import replace
 
 from autotune.backends import Replica
-from autotune.types import Measurement, Progress, ReplaySchedule, Slo, quantile_ms
+from autotune.types import Measurement, Progress, ReplaySchedule, Slo
 
-__all__ = ["MAX_SCALE", "MIN_SCALE", "meets", "replay_at_capacity"]
+__all__ = ["MAX_SCALE", "MIN_SCALE", "replay_at_capacity"]
 
 MIN_SCALE = 1 / 64
 MAX_SCALE = 64.0
-
-
-def meets(m: Measurement, slo: Slo) -> bool:
-    """Every request completed and the pooled p99 TTFT and ITL are within the SLO."""
-    if m.requests == 0 or not m.ok.all():
-        return False
-    if slo.ttft_p99_ms is not None and not quantile_ms(m.ttft_s, 0.99) <= slo.ttft_p99_ms:
-        return False
-    return slo.itl_p99_ms is None or quantile_ms(m.itl_s, 0.99) <= slo.itl_p99_ms
 
 
 def _tag(m: Measurement, scale: float, replays: int, feasible: bool) -> Measurement:
@@ -52,7 +44,7 @@ def replay_at_capacity(replica: Replica, schedule: ReplaySchedule, slo: Slo,
         nonlocal wall
         m = replica.replay(replace(schedule, time_scale=scale), progress)
         wall += m.wall_time_s
-        tried[scale] = (meets(m, slo), m)
+        tried[scale] = (m.slo_check(slo).met, m)
         return tried[scale][0]
 
     scale = schedule.time_scale

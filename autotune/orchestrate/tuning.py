@@ -21,9 +21,10 @@ from autotune.acceptance import curve_from_predictions
 from autotune.backends import Backend, create_backend
 from autotune.errors import AutotuneError, SearchError
 from autotune.export import render, window_schedule, write_atomic
+from autotune.objective import Outcome, Scored, score_measurement, select_best
 from autotune.orchestrate.pool import Pool, TrialResult, TrialTask
 from autotune.policy import Policy
-from autotune.search import Outcome, PastTrial, Scored, Searcher, Suggestion, evaluate, select_best
+from autotune.search import PastTrial, Searcher, Suggestion
 from autotune.search.guided import Guide, make_guide
 from autotune.search.significance import Decision, RequestRates, decide, request_rates
 from autotune.store import Store
@@ -326,7 +327,7 @@ def _finish_trial(options: TuneOptions, store: Store, run_id: str, w: _Workload,
     outcome = None
     error = result.error
     if result.measurement is not None:
-        outcome = evaluate(result.measurement, policy.objective.maximize,
+        outcome = score_measurement(result.measurement, policy.objective.maximize,
                            policy.objective.slo.slo())
         if not result.measurement.ok.any():
             error = "no request completed: " + "; ".join(result.measurement.errors[:3])

@@ -86,7 +86,8 @@ def request_rates(per_request: Mapping[str, Sequence[Any]], duration_s: float | 
 
     ``per_request`` is what the store keeps with each trial (``ttft_s``, ``tpot_s``,
     ``e2e_s``, ``output_tokens``, ``ok``; None for a missing value); ``duration_s`` the
-    trial's measured window. A request meets the SLOs as in :meth:`Measurement.meets_slo`.
+    trial's measured window. A request meets the SLOs as
+    :meth:`autotune.slo.Slo.met_by_requests` says.
     """
     if objective not in OBJECTIVES:
         raise SearchError(f"unknown objective {objective!r}; known: {', '.join(OBJECTIVES)}")
@@ -95,11 +96,8 @@ def request_rates(per_request: Mapping[str, Sequence[Any]], duration_s: float | 
                           "measured duration")
     ok = _column(per_request, "ok") == 1.0
     if objective == "goodput":
-        met = ok.copy()
-        if slo.ttft_p99_ms is not None:
-            met &= _column(per_request, "ttft_s") * 1000.0 <= slo.ttft_p99_ms
-        if slo.itl_p99_ms is not None:
-            met &= _column(per_request, "tpot_s") * 1000.0 <= slo.itl_p99_ms
+        met = slo.met_by_requests(ok, _column(per_request, "ttft_s"),
+                                  _column(per_request, "tpot_s"))
         contributions = met.astype(np.float64)
     else:
         tokens = np.nan_to_num(_column(per_request, "output_tokens"))

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from autotune.errors import SearchError
-from autotune.search.objective import Outcome
+from autotune.objective import Outcome
 from autotune.types import TrialConfig
 
 if TYPE_CHECKING:

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
+from autotune.objective import Outcome
 from autotune.policy import Policy, policy_from_mapping
-from autotune.search import Outcome, Searcher
+from autotune.search import Searcher
 from autotune.search.guided import Guide, make_guide
 from autotune.search.predictor import Observation, Prediction
 from autotune.types import AcceptanceCounts, Request, TrialConfig
@@ -162,8 +163,8 @@ def test_guided_without_a_guide_falls_back_to_tpe(tmp_path: Path) -> None:
 def test_guided_finds_a_near_best_config_on_the_simulator(tmp_path: Path) -> None:
     """End to end against the simulator (the test may use a backend; the guide may not)."""
     from autotune.backends import create_backend
+    from autotune.objective import score_measurement
     from autotune.orchestrate.pool import run_trial
-    from autotune.search import evaluate
 
     policy = make_policy(budget={"trials": 12}, replay={"warmup_requests": 4,
                                                         "max_requests": 2000})
@@ -174,7 +175,7 @@ def test_guided_finds_a_near_best_config_on_the_simulator(tmp_path: Path) -> Non
 
     def measure(c: TrialConfig) -> tuple[Outcome, Any]:
         m = run_trial(backend, c, policy.replay.schedule(reqs, seed=1, slo=slo))
-        out = evaluate(m, "goodput", slo)
+        out = score_measurement(m, "goodput", slo)
         cache[c] = out
         return out, m
 

@@ -5,8 +5,9 @@ from typing import Any
 
 import pytest
 
+from autotune.objective import Outcome, Scored, select_best
 from autotune.policy import Policy, policy_from_mapping
-from autotune.search import Outcome, PastTrial, Scored, Searcher, select_best
+from autotune.search import PastTrial, Searcher
 from autotune.types import TrialConfig
 
 

@@ -1,4 +1,10 @@
-"""Turning a Measurement into what the search maximises and the SLO constraints it must meet."""
+"""A trial's reading: the objective it scored and the SLO constraints it must meet.
+
+:func:`score_measurement` turns a backend's :class:`~autotune.types.Measurement` into an
+:class:`Outcome`: the objective value (goodput, requests per second meeting the SLO, or output
+tokens per second) and the replay's SLO constraints from :meth:`autotune.slo.Slo.check`. The
+search strategies learn from outcomes; the recommendation step picks among them.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +14,7 @@ from typing import Any
 
 from autotune.types import Measurement, Slo
 
-__all__ = ["Outcome", "Scored", "evaluate", "select_best"]
+__all__ = ["Outcome", "Scored", "score_measurement", "select_best"]
 
 
 @dataclass(frozen=True)
@@ -16,7 +22,8 @@ class Outcome:
     """The search's reading of one measured trial.
 
     ``constraints`` follow Optuna's convention: a trial is feasible when every value is <= 0
-    (here: measured p99 minus the SLO bound, in milliseconds).
+    (:class:`autotune.slo.SloCheck`: each measured p99 minus its bound in milliseconds, and the
+    number of failed requests).
     """
 
     value: float
@@ -32,19 +39,13 @@ class Outcome:
         return sum(max(0.0, v) for v in self.constraints.values())
 
 
-def evaluate(measurement: Measurement, objective: str, slo: Slo) -> Outcome:
+def score_measurement(measurement: Measurement, objective: str, slo: Slo) -> Outcome:
     """Objective value (goodput or output tokens/s) and SLO constraints of a measurement."""
     summary = measurement.summary(slo)
     raw = summary.get(objective)
     value = float(raw) if isinstance(raw, int | float) and math.isfinite(raw) else 0.0
-    constraints: dict[str, float] = {}
-    for name, bound in (("ttft_p99_ms", slo.ttft_p99_ms), ("itl_p99_ms", slo.itl_p99_ms)):
-        if bound is None:
-            continue
-        measured = summary.get(name)
-        # No samples (e.g. every request failed) counts as a violation, never as feasible.
-        constraints[name] = (float(measured) - bound) if measured is not None else bound
-    return Outcome(value=value, constraints=constraints, summary=summary)
+    return Outcome(value=value, constraints=measurement.slo_check(slo).constraints,
+                   summary=summary)
 
 
 @dataclass(frozen=True)

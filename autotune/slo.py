@@ -1,0 +1,109 @@
+"""The one rule for "meets the SLO", per request and per replay.
+
+A latency SLO bounds the 99th percentile of time to first token (TTFT) and of inter-token
+latency (ITL), in milliseconds. Two readings follow from it, and every part of autotune uses
+these two functions rather than its own comparison:
+
+- **per request** (:meth:`Slo.met_by_requests`, what goodput counts, as DistServe does): the
+  request completed, its TTFT is within the TTFT bound and its mean time per output token
+  (TPOT, the per-request reading of ITL) within the ITL bound;
+- **per replay** (:meth:`Slo.check`, what makes a trial feasible and what the capacity reading
+  bisects on): every measured request completed, the p99 TTFT over them is within the TTFT
+  bound and the p99 of the pooled inter-token gaps within the ITL bound. A replay with no
+  latency sample at all misses every bound it has.
+
+This module is a leaf: it imports nothing from autotune (``autotune.types`` re-exports
+:class:`Slo`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["Slo", "SloCheck", "quantile_ms"]
+
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+
+#: The percentile the SLO bounds (as a fraction).
+SLO_QUANTILE = 0.99
+
+
+def quantile_ms(values: FloatArray, q: float) -> float:
+    """The q-quantile of ``values`` (seconds) in milliseconds; NaN when empty."""
+    if values.size == 0:
+        return math.nan
+    return float(np.quantile(values, q)) * 1000.0
+
+
+@dataclass(frozen=True, slots=True)
+class SloCheck:
+    """One replay judged against an SLO: the measured p99s, failures, and the verdict.
+
+    ``constraints`` follow Optuna's convention (feasible when every value is <= 0): the
+    measured p99 minus its bound in milliseconds for each bound the SLO has (the bound itself
+    when there was no sample), and the number of failed requests.
+    """
+
+    ttft_p99_ms: float
+    itl_p99_ms: float
+    failed_requests: int
+    constraints: dict[str, float]
+
+    @property
+    def met(self) -> bool:
+        return all(v <= 0 for v in self.constraints.values())
+
+    def missed(self) -> list[str]:
+        """The bounds missed, for people: ``["itl_p99_ms 72 > 60"]``."""
+        out = []
+        for name, over in self.constraints.items():
+            if over <= 0:
+                continue
+            if name == "failed_requests":
+                out.append(f"{self.failed_requests} request(s) failed" if self.failed_requests
+                           else "no request was measured")
+                continue
+            measured = getattr(self, name)
+            out.append(f"{name} no sample" if not math.isfinite(measured) else
+                       f"{name} {measured:.0f} > {measured - over:.0f}")
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Slo:
+    """Latency service-level objectives, in milliseconds (None: no bound)."""
+
+    ttft_p99_ms: float | None = None
+    itl_p99_ms: float | None = None
+
+    def met_by_requests(self, ok: BoolArray, ttft_s: FloatArray, tpot_s: FloatArray) -> BoolArray:
+        """Per request: completed, TTFT within the TTFT bound and TPOT within the ITL bound.
+
+        NaN latencies (a missing value) never meet a bound.
+        """
+        met = np.asarray(ok, dtype=bool).copy()
+        if self.ttft_p99_ms is not None:
+            met &= ttft_s * 1000.0 <= self.ttft_p99_ms
+        if self.itl_p99_ms is not None:
+            met &= tpot_s * 1000.0 <= self.itl_p99_ms
+        return met
+
+    def check(self, ok: BoolArray, ttft_s: FloatArray, itl_s: FloatArray) -> SloCheck:
+        """Judge a replay: p99 TTFT over completed requests, p99 of the pooled ITL gaps, and
+        every request completed (see the module docstring)."""
+        ok = np.asarray(ok, dtype=bool)
+        ttft = quantile_ms(ttft_s[ok], SLO_QUANTILE)
+        itl = quantile_ms(itl_s, SLO_QUANTILE)
+        failed = int((~ok).sum()) if ok.size else 0
+        constraints: dict[str, float] = {}
+        for name, measured, bound in (("ttft_p99_ms", ttft, self.ttft_p99_ms),
+                                      ("itl_p99_ms", itl, self.itl_p99_ms)):
+            if bound is not None:
+                constraints[name] = measured - bound if math.isfinite(measured) else bound
+        constraints["failed_requests"] = float(failed) if ok.size else 1.0
+        return SloCheck(ttft, itl, failed, constraints)
