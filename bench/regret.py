@@ -187,7 +187,7 @@ def _measure(backend: Any, policy: Any, wl: Workload, config: Any, repeat: int,
              replays: int) -> Reading:
     from autotune.objective import score_measurement
     from autotune.orchestrate.capacity import replay_at_capacity
-    from autotune.search.predictor import decode_stats
+    from autotune.predict import decode_stats
 
     slo = policy.objective.slo.slo()
     schedule = policy.replay.schedule(wl.requests, seed=1000 + repeat, slo=slo)

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from autotune.acceptance.calibration import Calibration, CountsObservation, calibrate, ece, usable
+from autotune.acceptance.calibration import (
+    CountsObservation,
+    HeadCalibration,
+    calibrate,
+    ece,
+    usable,
+)
 from autotune.acceptance.curves import (
     NOVITA_K26_SURVIVAL,
     AcceptanceModel,
@@ -15,8 +21,8 @@ from autotune.acceptance.curves import (
 __all__ = [
     "NOVITA_K26_SURVIVAL",
     "AcceptanceModel",
-    "Calibration",
     "CountsObservation",
+    "HeadCalibration",
     "calibrate",
     "curve_from_counts",
     "curve_from_predictions",

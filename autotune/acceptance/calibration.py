@@ -40,7 +40,7 @@ import numpy.typing as npt
 from autotune.acceptance.curves import AcceptanceModel
 from autotune.types import AcceptanceCounts
 
-__all__ = ["Calibration", "CountsObservation", "calibrate", "ece", "split_counts", "usable"]
+__all__ = ["CountsObservation", "HeadCalibration", "calibrate", "ece", "split_counts", "usable"]
 
 FloatArray = npt.NDArray[np.float64]
 Method = Literal["identity", "temperature", "isotonic"]
@@ -93,7 +93,7 @@ def usable(obs: CountsObservation) -> bool:
 
 
 @dataclass(frozen=True)
-class Calibration:
+class HeadCalibration:
     """A fitted map from predicted to calibrated conditional acceptance (see module doc)."""
 
     method: Method = "identity"
@@ -161,7 +161,7 @@ def ece(model: AcceptanceModel, observations: Sequence[CountsObservation],
 
 # -- temperature --------------------------------------------------------------------------------
 def _fit_temperature(model: AcceptanceModel, obs: Sequence[CountsObservation],
-                     masks: Sequence[FloatArray]) -> Calibration:
+                     masks: Sequence[FloatArray]) -> HeadCalibration:
     """Per-position temperatures; positions without data interpolate their neighbours."""
     from scipy.optimize import minimize_scalar
 
@@ -207,7 +207,7 @@ def _fit_temperature(model: AcceptanceModel, obs: Sequence[CountsObservation],
     last = int(np.flatnonzero(has)[-1]) if has.any() else -1
     if last >= 0:
         log_t[last + 1:] = log_t[last]
-    return Calibration(method="temperature", temperatures=tuple(float(math.exp(x))
+    return HeadCalibration(method="temperature", temperatures=tuple(float(math.exp(x))
                                                                 for x in log_t))
 
 
@@ -230,7 +230,7 @@ def _hat(x: FloatArray, knots: FloatArray) -> FloatArray:
 
 
 def _fit_isotonic(model: AcceptanceModel, obs: Sequence[CountsObservation],
-                  masks: Sequence[FloatArray]) -> Calibration:
+                  masks: Sequence[FloatArray]) -> HeadCalibration:
     """Monotone piecewise-linear map shared by all positions (bounded least squares)."""
     from scipy.optimize import lsq_linear
 
@@ -265,12 +265,12 @@ def _fit_isotonic(model: AcceptanceModel, obs: Sequence[CountsObservation],
         v = lsq_linear(a, b, bounds=(lb, ub)).x
         y = np.clip(lower @ v, 0.0, 1.0)
         cur = model.with_conditional(np.interp(model.conditional, knots, y))
-    return Calibration(method="isotonic", knots_x=tuple(float(x) for x in knots),
+    return HeadCalibration(method="isotonic", knots_x=tuple(float(x) for x in knots),
                        knots_y=tuple(float(v) for v in y))
 
 
 _FITTERS: dict[str, Callable[[AcceptanceModel, Sequence[CountsObservation],
-                              Sequence[FloatArray]], Calibration]] = {
+                              Sequence[FloatArray]], HeadCalibration]] = {
     "temperature": _fit_temperature,
     "isotonic": _fit_isotonic,
 }
@@ -323,7 +323,7 @@ def _heldout(method: str, model: AcceptanceModel,
 
 
 def calibrate(model: AcceptanceModel,
-              observations: Sequence[CountsObservation]) -> Calibration:
+              observations: Sequence[CountsObservation]) -> HeadCalibration:
     """Fit both families, pick the one with the lowest held-out ECE (identity if none helps).
 
     Unusable observations (cut windows, no drafts) are ignored; without any, the identity is
@@ -331,7 +331,7 @@ def calibrate(model: AcceptanceModel,
     """
     obs = [o for o in observations if usable(o)]
     if not obs:
-        return Calibration(scheme="no usable counters")
+        return HeadCalibration(scheme="no usable counters")
     before = ece(model, obs)
     heldout: dict[str, float] = {}
     scheme = ""
@@ -342,12 +342,12 @@ def calibrate(model: AcceptanceModel,
     best = min(heldout, key=lambda m: (heldout[m], m != "identity")) if heldout else "identity"
     positions = max(o.window for o in obs)
     if best == "identity":
-        return Calibration(ece_before=before, ece_after=heldout.get("identity", before),
+        return HeadCalibration(ece_before=before, ece_after=heldout.get("identity", before),
                            ece_in_sample=before,
                            heldout=heldout, scheme=scheme, runs=len(obs), positions=positions)
     cal = _FITTERS[best](model, obs, [np.ones(o.window) for o in obs])
     in_sample = ece(cal.apply_to(model), obs)
-    return Calibration(method=cal.method, temperatures=cal.temperatures, knots_x=cal.knots_x,
+    return HeadCalibration(method=cal.method, temperatures=cal.temperatures, knots_x=cal.knots_x,
                        knots_y=cal.knots_y, ece_before=before, ece_after=heldout[best],
                        ece_in_sample=in_sample, heldout=heldout, scheme=scheme, runs=len(obs),
                        positions=positions)

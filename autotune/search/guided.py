@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from autotune.search.predictor import Observation, Prediction, Predictor
+from autotune.predict import Observation, Prediction, Predictor
 from autotune.types import Measurement, Request, TrialConfig
 
 __all__ = ["Decision", "Guide", "make_guide"]

@@ -7,8 +7,8 @@ import pytest
 
 from autotune.acceptance import (
     AcceptanceModel,
-    Calibration,
     CountsObservation,
+    HeadCalibration,
     calibrate,
     ece,
     usable,
@@ -103,7 +103,7 @@ def test_calibrated_predictions_are_left_alone() -> None:
 
 
 def test_isotonic_map_is_monotone_and_applies_to_every_position() -> None:
-    cal = Calibration(method="isotonic", knots_x=(0.0, 0.5, 1.0), knots_y=(0.0, 0.6, 0.9))
+    cal = HeadCalibration(method="isotonic", knots_x=(0.0, 0.5, 1.0), knots_y=(0.0, 0.6, 0.9))
     c = np.array([[0.25, 0.5, 0.75, 1.0]])
     assert cal.apply(c) == pytest.approx(np.array([[0.3, 0.6, 0.75, 0.9]]))
     reqs, truth = synthetic(7)
@@ -115,7 +115,7 @@ def test_isotonic_map_is_monotone_and_applies_to_every_position() -> None:
 
 
 def test_temperature_past_the_measured_window_repeats_the_last_one() -> None:
-    cal = Calibration(method="temperature", temperatures=(1.0, 2.0))
+    cal = HeadCalibration(method="temperature", temperatures=(1.0, 2.0))
     c = np.full((1, 4), 0.8)
     out = cal.apply(c)[0]
     assert out[0] == pytest.approx(0.8)

@@ -10,9 +10,9 @@ import pytest
 
 from autotune.objective import Outcome
 from autotune.policy import Policy, policy_from_mapping
+from autotune.predict import Observation, Prediction
 from autotune.search import Searcher
 from autotune.search.guided import Guide, make_guide
-from autotune.search.predictor import Observation, Prediction
 from autotune.types import AcceptanceCounts, Request, TrialConfig
 
 BASELINE = TrialConfig(7, False, 1024, 8192)

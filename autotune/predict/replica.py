@@ -1,19 +1,21 @@
-"""The predictor's model of one vLLM replica serving a workload, for every candidate at once.
+"""What a trial would read on one vLLM replica serving a workload, for every candidate at once.
 
-Given a step cost (:mod:`._stepcost`: published facts, fitted multipliers), a workload (its
-requests' prompt and output lengths, arrival times and per-request acceptance curves) and the
-candidate configs (window n, adaptive verification, ``max_num_seqs``,
-``max_num_batched_tokens``), :func:`evaluate` reads what a replay would measure:
+Given a step cost (:mod:`autotune.predict.step_cost`: published facts, fitted multipliers), a
+workload (its requests' prompt and output lengths, arrival times and per-request acceptance
+curves) and the candidate configs (window n, adaptive verification, ``max_num_seqs``,
+``max_num_batched_tokens``), :func:`predict_replica` reads what a replay would measure:
 
-- trace replays: a fluid replay over the sample's own arrival times (:mod:`._fluid`), on top
-  of the scheduler's steady state at that rate (:mod:`._meanfield`), giving per-request TTFT
-  and decode step times, the distribution of ITL gaps, and goodput over the replay's span;
-- the capacity reading (DESIGN §2, autotune.orchestrate.capacity): the highest arrival scale
-  whose p99 TTFT and p99 ITL meet the SLO, bisected on the model; the objective is read there;
+- trace replays: a fluid replay over the sample's own arrival times
+  (:mod:`autotune.predict.trace_replay`), on top of the scheduler's steady state at that rate
+  (:mod:`autotune.predict.steady_state`), giving per-request TTFT and decode step times, the
+  distribution of ITL gaps, and goodput over the replay's span;
+- the capacity reading (as :mod:`autotune.orchestrate.capacity` measures it): the highest
+  arrival scale whose p99 TTFT and p99 ITL meet the SLO, bisected on the model; the objective
+  is read there;
 - closed-loop replays: the steady state at the policy's concurrency.
 
-A few knobs of the model (:class:`Knobs`) are fitted to what the measured runs show (see
-:mod:`autotune.search.predictor`).
+A few factors of the model (:class:`~autotune.predict.workload.ReplicaFactors`) are fitted to
+what the measured runs show (:mod:`autotune.predict.predictor`).
 """
 
 from __future__ import annotations
@@ -24,21 +26,18 @@ from dataclasses import dataclass, replace
 import numpy as np
 import numpy.typing as npt
 
-from autotune.search._fluid import trace_latency
-from autotune.search._meanfield import (
-    KNOB_NAMES,
-    Grid,
-    Knobs,
-    Latency,
-    State,
-    Workload,
-    closed_latency,
-    operate,
-    weighted_quantile,
+from autotune.predict.numerics import weighted_quantile
+from autotune.predict.steady_state import (
+    PredictedLatency,
+    SteadyState,
+    closed_loop_latency,
+    solve_steady_state,
 )
-from autotune.search._stepcost import CostModel
+from autotune.predict.step_cost import StepCostModel
+from autotune.predict.trace_replay import trace_replay_latency
+from autotune.predict.workload import ConfigGrid, ReplicaFactors, WorkloadModel
 
-__all__ = ["KNOB_NAMES", "Grid", "Knobs", "Outcomes", "Workload", "evaluate"]
+__all__ = ["ReplicaOutcomes", "predict_replica"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -52,7 +51,7 @@ _TAIL = 0.01
 
 
 @dataclass(frozen=True)
-class Outcomes:
+class ReplicaOutcomes:
     """Model outputs per config (arrays of length K)."""
 
     value: FloatArray        # predicted objective (goodput or output tokens/s)
@@ -66,15 +65,15 @@ class Outcomes:
     tokens_per_step: FloatArray
 
 
-def latency(wl: Workload, grid: Grid, cost: CostModel, knobs: Knobs, st: State,
-            scale: FloatArray) -> Latency:
+def latency(wl: WorkloadModel, grid: ConfigGrid, cost: StepCostModel, factors: ReplicaFactors,
+            st: SteadyState, scale: FloatArray) -> PredictedLatency:
     """Latencies of a replay: the fluid trace replay, or the closed-loop steady state."""
     if wl.mode == "closed":
-        return closed_latency(wl, grid, cost, knobs, st)
-    return trace_latency(wl, grid, cost, knobs, st, scale)
+        return closed_loop_latency(wl, grid, cost, factors, st)
+    return trace_replay_latency(wl, grid, cost, factors, st, scale)
 
 
-def _meets(wl: Workload, lat: Latency) -> npt.NDArray[np.bool_]:
+def _meets(wl: WorkloadModel, lat: PredictedLatency) -> npt.NDArray[np.bool_]:
     """p99 ITL and p99 TTFT within the SLO, by counting what exceeds it (no sorting)."""
     ok = lat.feasible.copy()
     slo = wl.slo
@@ -87,18 +86,19 @@ def _meets(wl: Workload, lat: Latency) -> npt.NDArray[np.bool_]:
     return ok
 
 
-def _feasible_at(wl: Workload, grid: Grid, cost: CostModel, knobs: Knobs, scale: FloatArray,
-                 t0: FloatArray | None) -> tuple[npt.NDArray[np.bool_], FloatArray]:
-    st = operate(wl, grid, cost, knobs, scale * wl.base_rate, t0)
-    return _meets(wl, latency(wl, grid, cost, knobs, st, scale)), st.t
+def _feasible_at(wl: WorkloadModel, grid: ConfigGrid, cost: StepCostModel,
+                 factors: ReplicaFactors, scale: FloatArray, t0: FloatArray | None
+                 ) -> tuple[npt.NDArray[np.bool_], FloatArray]:
+    st = solve_steady_state(wl, grid, cost, factors, scale * wl.base_rate, t0)
+    return _meets(wl, latency(wl, grid, cost, factors, st, scale)), st.t
 
 
-def _read(wl: Workload, grid: Grid, cost: CostModel, knobs: Knobs, scale: FloatArray,
-          objective: str) -> Outcomes:
+def _read(wl: WorkloadModel, grid: ConfigGrid, cost: StepCostModel, factors: ReplicaFactors,
+          scale: FloatArray, objective: str) -> ReplicaOutcomes:
     """Everything at the given arrival scales (trace) or at the concurrency (closed)."""
     closed = wl.mode == "closed"
-    st = operate(wl, grid, cost, knobs, None if closed else scale * wl.base_rate)
-    lat = latency(wl, grid, cost, knobs, st, scale)
+    st = solve_steady_state(wl, grid, cost, factors, None if closed else scale * wl.base_rate)
+    lat = latency(wl, grid, cost, factors, st, scale)
     meas = wl.measured
     slo = wl.slo
     ttft_m = lat.ttft[:, meas]
@@ -119,7 +119,7 @@ def _read(wl: Workload, grid: Grid, cost: CostModel, knobs: Knobs, scale: FloatA
         met &= ttft_m * 1000.0 <= slo.ttft_p99_ms
     step = lat.step if lat.step is not None else np.broadcast_to(st.t[:, None], e.shape)
     if slo.itl_p99_ms is not None:
-        tpot = step[:, meas] * math.exp(knobs.itl) / e[:, meas]
+        tpot = step[:, meas] * math.exp(factors.itl) / e[:, meas]
         met &= tpot * 1000.0 <= slo.itl_p99_ms
     attain = met.mean(axis=1) if meas.any() else np.ones(len(grid))
     count = float(meas.sum())
@@ -137,20 +137,21 @@ def _read(wl: Workload, grid: Grid, cost: CostModel, knobs: Knobs, scale: FloatA
         value = value * np.where(feasible, 1.0, 0.5)
     tps = np.maximum(wl.output - 1.0, 1.0).sum() / steps.sum(axis=1)
     mean_step = (step * steps).sum(axis=1) / steps.sum(axis=1)
-    return Outcomes(value=value * math.exp(knobs.bias), scale=scale,
-                    feasible=feasible & (margin >= 0), margin=margin, step_s=mean_step,
-                    batch=st.b,
-                    itl_p99_ms=itl * 1000.0, ttft_p99_ms=ttft_p99 * 1000.0,
-                    tokens_per_step=tps)
+    return ReplicaOutcomes(value=value * math.exp(factors.bias), scale=scale,
+                           feasible=feasible & (margin >= 0), margin=margin, step_s=mean_step,
+                           batch=st.b,
+                           itl_p99_ms=itl * 1000.0, ttft_p99_ms=ttft_p99 * 1000.0,
+                           tokens_per_step=tps)
 
 
-def _subgrid(grid: Grid, idx: IntArray) -> Grid:
-    return Grid(tuple(grid.configs[i] for i in idx), grid.n[idx], grid.av[idx], grid.seqs[idx],
-                grid.tok[idx])
+def _subgrid(grid: ConfigGrid, idx: IntArray) -> ConfigGrid:
+    return ConfigGrid(tuple(grid.configs[i] for i in idx), grid.n[idx], grid.av[idx],
+                      grid.seqs[idx], grid.tok[idx])
 
 
-def evaluate(wl: Workload, grid: Grid, cost: CostModel, knobs: Knobs, objective: str,
-             scale: FloatArray | None = None, bisections: int = _BISECTIONS) -> Outcomes:
+def predict_replica(wl: WorkloadModel, grid: ConfigGrid, cost: StepCostModel,
+                    factors: ReplicaFactors, objective: str, scale: FloatArray | None = None,
+                    bisections: int = _BISECTIONS) -> ReplicaOutcomes:
     """The model's reading of every config: at capacity (trace with find_capacity), at the
     given ``scale`` when passed, else at the policy's time scale or concurrency.
 
@@ -159,13 +160,13 @@ def evaluate(wl: Workload, grid: Grid, cost: CostModel, knobs: Knobs, objective:
     """
     k = len(grid)
     if scale is not None:
-        return _read(wl, grid, cost, knobs, scale, objective)
+        return _read(wl, grid, cost, factors, scale, objective)
     if not wl.find_capacity:
-        return _read(wl, grid, cost, knobs, np.full(k, wl.time_scale), objective)
+        return _read(wl, grid, cost, factors, np.full(k, wl.time_scale), objective)
     lo = np.full(k, math.log(MIN_SCALE))
     hi = np.full(k, math.log(MAX_SCALE))
-    base_ok, _ = _feasible_at(wl, grid, cost, knobs, np.exp(lo), None)
-    top_ok, _ = _feasible_at(wl, grid, cost, knobs, np.exp(hi), None)
+    base_ok, _ = _feasible_at(wl, grid, cost, factors, np.exp(lo), None)
+    top_ok, _ = _feasible_at(wl, grid, cost, factors, np.exp(hi), None)
     lo = np.where(top_ok, hi, lo)
     active = np.arange(k)
     for i in range(bisections):
@@ -173,8 +174,8 @@ def evaluate(wl: Workload, grid: Grid, cost: CostModel, knobs: Knobs, objective:
             active = active[hi[active] >= lo.max() - math.log(2.0)]
         sub = grid if active.size == k else _subgrid(grid, active)
         mid = (lo[active] + hi[active]) / 2.0
-        ok, _ = _feasible_at(wl, sub, cost, knobs, np.exp(mid), None)
+        ok, _ = _feasible_at(wl, sub, cost, factors, np.exp(mid), None)
         lo[active] = np.where(ok, mid, lo[active])
         hi[active] = np.where(ok, hi[active], mid)
-    out = _read(wl, grid, cost, knobs, np.exp(lo), objective)
+    out = _read(wl, grid, cost, factors, np.exp(lo), objective)
     return replace(out, feasible=base_ok & out.feasible)

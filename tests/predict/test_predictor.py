@@ -7,8 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from autotune.search._stepcost import CostModel, Facts
-from autotune.search.predictor import Observation, Predictor, decode_stats
+from autotune.predict import Facts, Observation, Predictor, StepCostModel, decode_stats
 from autotune.types import AcceptanceCounts, Measurement, Request, Slo, TrialConfig
 
 
@@ -22,8 +21,8 @@ def requests(n: int = 120, c: float = 0.85, prompt: int = 300, out: int = 200,
 
 def test_expert_touch_and_coefficients_follow_the_published_facts() -> None:
     f = Facts()
-    cost = CostModel(f)
-    # DESIGN §1: a step of t tokens touches 384·(1-(1-8/384)^t) distinct experts per layer
+    cost = StepCostModel(f)
+    # Kimi-K2: a step of t tokens touches 384·(1-(1-8/384)^t) distinct experts per layer
     for t in (1, 2, 8, 64, 1024):
         touched = 384 * (1 - (1 - 8 / 384) ** t)
         assert cost.experts(np.array([float(t)]))[0] == pytest.approx(touched)
@@ -39,7 +38,7 @@ def test_expert_touch_and_coefficients_follow_the_published_facts() -> None:
 
 
 def test_wider_windows_cost_more_and_the_marginal_token_gets_cheaper() -> None:
-    cost = CostModel()
+    cost = StepCostModel()
     one = np.array([1.0])
     base = cost.step(np.array([2.0]), one, one * 500, one * 0, one * 1, one * 0)[0]
     wide = cost.step(np.array([8.0]), one, one * 500, one * 0, one * 7, one * 0)[0]
@@ -165,7 +164,7 @@ def test_observation_reads_the_measurement_or_its_summary() -> None:
 
 
 def test_uniform_grid_interpolation_matches_the_searched_one() -> None:
-    from autotune.search._meanfield import interp_rows
+    from autotune.predict.numerics import interp_rows
 
     rng = np.random.default_rng(3)
     horizon = rng.uniform(0.5, 50.0, size=(6, 1))

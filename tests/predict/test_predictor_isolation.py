@@ -1,5 +1,6 @@
-"""The predictor sees measurements only: no import path from autotune.search or
-autotune.acceptance into autotune.backends (where the simulator's hidden truth lives)."""
+"""The predictor sees measurements only: no import path from autotune.predict,
+autotune.search or autotune.acceptance into autotune.backends (where the simulator's hidden
+truth lives)."""
 
 from __future__ import annotations
 
@@ -72,19 +73,19 @@ def _modules(sub: str) -> list[str]:
 
 
 def test_no_static_import_path_into_backends() -> None:
-    roots = _modules("search") + _modules("acceptance")
-    assert "autotune.search.predictor" in roots and "autotune.search.guided" in roots
+    roots = _modules("predict") + _modules("search") + _modules("acceptance")
+    assert "autotune.predict.predictor" in roots and "autotune.search.guided" in roots
     reached = _reachable(roots)
     assert "autotune.acceptance.calibration" in reached  # the walk does follow imports
     leaks = sorted(m for m in reached if m.startswith("autotune.backends"))
-    assert not leaks, f"autotune.search/acceptance reach the backends through {leaks}"
+    assert not leaks, f"autotune.predict/search/acceptance reach the backends through {leaks}"
 
 
 def test_a_prediction_loads_no_backend_module() -> None:
     code = """
 import sys
 from autotune.search.guided import Guide
-from autotune.search.predictor import Observation, Predictor
+from autotune.predict import Observation, Predictor
 from autotune.types import AcceptanceCounts, Request, Slo, TrialConfig
 reqs = [Request(id=str(i), prompt_tokens=200, output_tokens=100, arrival_s=i * 0.5,
                 acceptance=(0.8,) * 8) for i in range(60)]

@@ -1,6 +1,6 @@
 """A fluid replay of a traffic trace on one vLLM replica, for every candidate config at once.
 
-The predictor's model of a trace replay (DESIGN §2, capacity reading): requests arrive at the
+The predictor's model of a trace replay (and so of the capacity reading): requests arrive at the
 sample's own times (scaled), and time is a grid of :data:`GRID` cells up to the last
 completion. Three passes refine:
 
@@ -31,19 +31,12 @@ import math
 import numpy as np
 import numpy.typing as npt
 
-from autotune.search._meanfield import (
-    Grid,
-    Knobs,
-    Latency,
-    State,
-    Workload,
-    count_le,
-    interp_rows,
-    inverse_rows,
-)
-from autotune.search._stepcost import CostModel
+from autotune.predict.numerics import count_le, interp_rows, inverse_rows
+from autotune.predict.steady_state import PredictedLatency, SteadyState
+from autotune.predict.step_cost import StepCostModel
+from autotune.predict.workload import ConfigGrid, ReplicaFactors, WorkloadModel
 
-__all__ = ["GRID", "PASSES", "trace_latency"]
+__all__ = ["GRID", "PASSES", "trace_replay_latency"]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -73,8 +66,9 @@ def _erlang_ratio(offered: FloatArray, servers: FloatArray) -> FloatArray:
     return out
 
 
-def trace_latency(wl: Workload, grid: Grid, cost: CostModel, knobs: Knobs, st: State,
-                  scale: FloatArray) -> Latency:
+def trace_replay_latency(wl: WorkloadModel, grid: ConfigGrid, cost: StepCostModel,
+                         factors: ReplicaFactors, st: SteadyState,
+                         scale: FloatArray) -> PredictedLatency:
     """Step durations (ITL), per-request TTFT, step time and end of a trace replay."""
     k, n_req = len(grid), wl.prompt.size
     win = grid.n.astype(np.float64)[:, None]
@@ -88,8 +82,8 @@ def trace_latency(wl: Workload, grid: Grid, cost: CostModel, knobs: Knobs, st: S
     seqs = grid.seqs[:, None]
     tok = grid.tok[:, None]
     half_prompt = wl.weighted_prompt / 2.0
-    kappa = math.exp(knobs.ttft)
-    f_slot = math.exp(knobs.slots)
+    kappa = math.exp(factors.ttft)
+    f_slot = math.exp(factors.slots)
     frac = np.linspace(0.0, 1.0, GRID)[None, :]
     # start from the steady state: B during the arrival window, prefill spread evenly
     end = arrival + steps * st.t[:, None]
@@ -186,4 +180,4 @@ def trace_latency(wl: Workload, grid: Grid, cost: CostModel, knobs: Knobs, st: S
     kv_ok = peak * (st.ctx + wl.output.mean() / 2.0) <= wl.kv_tokens
     # vLLM refuses max_num_batched_tokens < max_num_seqs at start-up
     feasible = kv_ok & np.isfinite(end).all(axis=1) & (grid.tok >= grid.seqs)
-    return Latency(feasible, durations * math.exp(knobs.itl), weights, ttft, t_req, end)
+    return PredictedLatency(feasible, durations * math.exp(factors.itl), weights, ttft, t_req, end)

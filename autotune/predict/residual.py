@@ -1,0 +1,95 @@
+"""What the replica model still gets wrong at measured configs, spread to their neighbours.
+
+A Gaussian process on (window / block, adaptive, log2 max_num_seqs, log2
+max_num_batched_tokens) in log-objective space: a workload-wide offset plus a
+squared-exponential model error whose size is chosen by type-II maximum likelihood. It gives
+every prediction its mean correction and its standard deviation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from autotune.types import TrialConfig
+
+__all__ = ["GP_NOISE", "GP_OFFSET", "GP_SCALE", "Residual", "fit_residual"]
+
+FloatArray = npt.NDArray[np.float64]
+
+GP_SCALE = 0.10          # prior sd of the model's error at an unmeasured config (log objective)
+_SCALES = (0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.15, 0.22, 0.3)
+_SCALE_PRIOR_SD = 0.7    # log-normal prior of the model-error sd around GP_SCALE
+GP_OFFSET = 0.25         # prior sd of a workload-wide offset of the model (log objective)
+GP_NOISE = 0.02          # measurement noise of one run's objective (log)
+_FAR_WEIGHT = 0.3        # extra residual noise per unit of log distance below the best run
+#: GP lengthscales on (window / block, adaptive, log2 max_num_seqs, log2 max_num_batched_tokens)
+_LENGTHS = np.array([0.25, 0.8, 1.5, 1.2])
+
+
+def _features(configs: Sequence[TrialConfig], block: int) -> FloatArray:
+    return np.asarray([[c.num_speculative_tokens / max(block, 1),
+                        float(c.enable_adaptive_verification and c.num_speculative_tokens > 0),
+                        math.log2(c.max_num_seqs), math.log2(c.max_num_batched_tokens)]
+                       for c in configs], dtype=np.float64).reshape(len(configs), 4)
+
+
+def _kernel(a: FloatArray, b: FloatArray, scale: float = GP_SCALE) -> FloatArray:
+    """A workload-wide offset plus a squared-exponential model error of sd ``scale``."""
+    d = (a[:, None, :] - b[None, :, :]) / _LENGTHS
+    out: FloatArray = GP_OFFSET**2 + scale**2 * np.exp(-0.5 * (d**2).sum(axis=2))
+    return out
+
+
+def _model_error(resid: FloatArray, x: FloatArray, noise: FloatArray) -> float:
+    """The model-error sd that best explains the residuals (type-II maximum likelihood with a
+    log-normal prior around ``GP_SCALE``): small when the runs agree with the model."""
+    best, best_score = GP_SCALE, -math.inf
+    for scale in _SCALES:
+        k = _kernel(x, x, scale) + np.diag(noise)
+        sign, logdet = np.linalg.slogdet(k)
+        fit = float(resid @ np.linalg.solve(k, resid))
+        prior = (math.log(scale / GP_SCALE) / _SCALE_PRIOR_SD) ** 2
+        score = -0.5 * (fit + logdet + prior)
+        if sign > 0 and score > best_score:
+            best, best_score = scale, score
+    return best
+
+
+@dataclass(frozen=True)
+class Residual:
+    """The corrected log objective of every config and its standard deviation."""
+
+    log_mean: FloatArray
+    log_sd: FloatArray
+    model_error: float   # the fitted sd of the model's error (GP_SCALE before any run)
+
+
+def fit_residual(configs: Sequence[TrialConfig], model_log: FloatArray, block: int,
+                 measured: Sequence[tuple[int, float]]) -> Residual:
+    """Correct the model's log objective ``model_log`` of ``configs`` by the runs measured.
+
+    ``measured`` pairs an index into ``configs`` with the measured objective (> 0) there.
+    What matters is the model near the top: a run far below the best counts as a noisier
+    reading of the residual there (it says little about the optimum).
+    """
+    feats = _features(configs, block)
+    if not measured:
+        sd = np.full(len(configs), math.sqrt(GP_OFFSET**2 + GP_SCALE**2))
+        return Residual(model_log.copy(), sd, GP_SCALE)
+    rows = [i for i, _ in measured]
+    values = np.log([v for _, v in measured])
+    resid = values - model_log[rows]
+    x = feats[rows]
+    noise = GP_NOISE**2 + (_FAR_WEIGHT * np.maximum(values.max() - values, 0.0)) ** 2
+    scale = _model_error(resid, x, noise)
+    k_xx = _kernel(x, x, scale) + np.diag(noise)
+    k_sx = _kernel(feats, x, scale)
+    alpha = np.linalg.solve(k_xx, resid)
+    v = np.linalg.solve(k_xx, k_sx.T)
+    var = np.maximum(GP_OFFSET**2 + scale**2 - (k_sx * v.T).sum(axis=1), 1e-8)
+    return Residual(model_log + k_sx @ alpha, np.sqrt(var), scale)

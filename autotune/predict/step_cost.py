@@ -1,0 +1,81 @@
+"""Step cost of a vLLM + DSpark replica, from published facts with fitted multipliers.
+
+One engine step verifies ``T`` tokens (decode windows plus prefill chunks) on the target and
+drafts the next windows. Its time is modelled as the sum of
+
+- a fixed per-step floor (kernel launches, 2 all-reduces per layer, non-expert weights);
+- the routed experts it touches: an MoE layer with R experts, k per token, touches about
+  ``R·(1 - (1 - k/R)^T)`` distinct experts per layer for T tokens, each read once;
+- per-token compute (2 · active parameters FLOPs per token, split over the TP group);
+- the KV cache read by decoding sequences (MLA latent per context token) and prefill attention;
+- the drafter: one parallel DSpark forward per step (3 draft layers), per drafted position and
+  per prompt token.
+
+Every coefficient derives from public facts (:mod:`autotune.predict.facts`: Kimi-K2 model card,
+NVIDIA H200 datasheet) with a stated efficiency; the predictor then fits a log-multiplier per
+part to what the runs it pays for measure. Nothing here comes from the simulator.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import numpy.typing as npt
+
+from autotune.predict.facts import Facts
+
+__all__ = ["COST_PARTS", "StepCostModel"]
+
+FloatArray = npt.NDArray[np.float64]
+
+#: The parts of a step whose log-multipliers the predictor fits, in order.
+COST_PARTS = ("fixed", "experts", "tokens", "attention", "drafter")
+
+@dataclass(frozen=True)
+class StepCostModel:
+    """Vectorised step time with fitted log-multipliers per part (zeros: the facts' prior)."""
+
+    facts: Facts = field(default_factory=Facts)
+    log_scale: tuple[float, ...] = (0.0,) * len(COST_PARTS)
+
+    def with_scale(self, log_scale: FloatArray | tuple[float, ...]) -> StepCostModel:
+        return replace(self, log_scale=tuple(float(x) for x in log_scale))
+
+    def _coef(self) -> tuple[float, ...]:
+        c = self.facts.coefficients()
+        s = [math.exp(x) for x in self.log_scale]
+        f = self.facts
+        return (s[0] * c["fixed_s"], s[1] * c["expert_s"] * f.moe_layers, s[2] * c["token_s"],
+                s[3] * c["kv_token_s"], s[3] * c["pair_s"], s[4] * c["draft_fixed_s"],
+                s[4] * c["draft_token_s"])
+
+    def experts(self, tokens: FloatArray) -> FloatArray:
+        """Distinct routed experts per MoE layer touched by a step of ``tokens`` tokens."""
+        f = self.facts
+        r = float(f.routed_experts)
+        out: FloatArray = r * -np.expm1(np.log1p(-f.experts_per_token / r)
+                                        * np.maximum(tokens, 0.0))
+        return out
+
+    def step(self, tokens: FloatArray, decoding: FloatArray, context: FloatArray,
+             pairs: FloatArray, window: FloatArray, prefill: FloatArray) -> FloatArray:
+        """Seconds of one step: ``tokens`` verified/prefilled, ``decoding`` sequences with
+        ``context`` KV tokens in all, ``pairs`` prefill attention pairs, drafting ``window``
+        positions per decoding sequence plus ``prefill`` prompt tokens."""
+        fixed, expert, token, kv, pair, dfix, dtok = self._coef()
+        drafting = np.where(window > 0, 1.0, 0.0)
+        out: FloatArray = (fixed + expert * self.experts(tokens) + token * tokens
+                           + kv * context + pair * pairs
+                           + drafting * (dfix + dtok * (decoding * window + prefill)))
+        return out
+
+    def marginal(self, tokens: FloatArray) -> FloatArray:
+        """d(step time)/d(tokens): the cost of verifying one more token at this size."""
+        f = self.facts
+        _, expert, token, *_ = self._coef()
+        r = float(f.routed_experts)
+        miss = np.log1p(-f.experts_per_token / r)
+        out: FloatArray = expert * r * -miss * np.exp(miss * np.maximum(tokens, 0.0)) + token
+        return out
