@@ -403,7 +403,7 @@ def export(workload: str, fmt: str, output: Path | None, db: str | None) -> None
     store = _open_store(db)
     rec = store.active_recommendation(workload)
     if rec is None:
-        known = sorted({r["workload"] for r in store.recommendations(history=True)})
+        known = sorted({r.workload for r in store.recommendations(history=True)})
         hint = f"workloads with recommendations: {', '.join(known)}" if known else \
             "no recommendations yet; run: autotune start --traffic SAMPLE --once"
         raise click.BadParameter(f"no active recommendation for {workload!r}; {hint}",
@@ -463,14 +463,15 @@ def status(state_file: Path, db: str | None, fmt: str, check: bool) -> None:
     state = read_state(state_file)
     store = _open_store(db)
     runs = store.runs()
-    report = {
-        "daemon": state,
-        "current_runs": [r for r in runs if r["status"] == "running"],
-        "last_finished_run": next((r for r in runs if r["status"] == "finished"), None),
-        "next_pass": state.get("next_pass") if state else None,
-        "active_recommendations": store.recommendations(),
-    }
-    print_json([report]) if fmt == "json" else print_status(report)
+    current = [r for r in runs if r.status == "running"]
+    last = next((r for r in runs if r.status == "finished"), None)
+    recs = store.recommendations()
+    if fmt == "json":
+        print_json([{"daemon": state, "current_runs": current, "last_finished_run": last,
+                     "next_pass": state.get("next_pass") if state else None,
+                     "active_recommendations": recs}])
+    else:
+        print_status(state, current, last, recs)
     if check and not (state and state.get("alive")):
         sys.exit(1)
 

@@ -247,16 +247,17 @@ def pass_summary(path: Path, result: TuneResult) -> dict[str, Any]:
     """What a pass tuned, promoted and skipped, and why (JSON-ready)."""
     tuned = []
     for w in result.workloads:
-        rec = w.recommendation or {}
+        rec = w.recommendation
         tuned.append({
             "workload": w.workload,
             "promoted": w.promoted,
-            "status": rec.get("status", "failed"),
+            "status": rec.status if rec else "failed",
             "reason": w.reason,
-            "config": rec.get("config"),
-            "value": rec.get("value"),
-            "speedup_vs_baseline": rec.get("speedup_vs_baseline"),
+            "config": dict(rec.config) if rec else None,
+            "value": rec.value if rec else None,
+            "speedup_vs_baseline": rec.speedup_vs_baseline if rec else None,
             "trials": w.trials,
+            "stop_reason": w.stop_reason,
             "export": str(w.export_path) if w.export_path else None,
         })
     return {"sample": str(path), "run": result.run_id, "status": result.status,

@@ -8,97 +8,52 @@
 - ``schedule``: the speculative config plus ``num_speculative_tokens_per_batch_size`` rows
   ``[start_bs, end_bs, K]`` (inclusive ranges from batch size 1 up to the recommended
   ``max_num_seqs``) when the run's trials show the best window shrinking as the batch grows
-  (:func:`window_schedule`, computed when the recommendation is made); otherwise the plain
-  speculative config, and :func:`schedule_note` says why.
+  (:func:`autotune.recommend.schedule.window_schedule`, computed when the recommendation is
+  made); otherwise the plain speculative config, and :func:`schedule_note` says why.
 
 Files are written atomically (temporary file in the same folder, then rename).
 """
 
 from __future__ import annotations
 
-import itertools
 import json
-import math
 import os
 import shlex
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from autotune.errors import ExportError
+from autotune.store.records import RecommendationRecord
 from autotune.types import SPECULATIVE_CONFIG_KEYS
 
 __all__ = [
     "FORMATS",
-    "WindowPoint",
     "render",
     "schedule_config",
     "schedule_note",
     "speculative_config",
     "vllm_args",
-    "window_schedule",
     "write_atomic",
 ]
 
 FORMATS = ("speculative-config", "vllm-args", "schedule")
 
 
-def speculative_config(rec: Mapping[str, Any]) -> dict[str, Any] | None:
+def speculative_config(rec: RecommendationRecord) -> dict[str, Any] | None:
     """The recommendation's ``--speculative-config`` object (None: serve without a drafter)."""
-    spec = rec.get("speculative_config")
+    spec = rec.speculative_config
     if not spec:
         return None
     unknown = set(spec) - SPECULATIVE_CONFIG_KEYS
     if unknown:
-        raise ExportError(f"speculative config of {rec.get('workload')!r} has fields vLLM's "
+        raise ExportError(f"speculative config of {rec.workload!r} has fields vLLM's "
                           f"SpeculativeConfig does not know: {sorted(unknown)}")
     return dict(spec)
 
 
-#: One measured trial as the schedule sees it: (max_num_seqs, window K, objective value,
-#: meets the SLOs).
-WindowPoint = tuple[int, int, float, bool]
-
-
-def window_schedule(points: Iterable[WindowPoint],
-                    max_num_seqs: int) -> tuple[list[list[int]] | None, dict[int, int]]:
-    """Rows ``[start_bs, end_bs, K]`` when the best window shrinks as the batch grows.
-
-    For every ``max_num_seqs`` level measured up to the recommended one, the best window is
-    the K of the level's best trial (among those meeting the SLOs; levels with none are left
-    out). Level L_i with best K_i covers batch sizes (L_{i-1}, L_i], the first from 1 and the
-    last up to ``max_num_seqs``; equal neighbours merge. Rows are returned only when K never
-    grows with the level and does shrink; otherwise None. The second value is the best K per
-    level (what the decision saw).
-    """
-    best: dict[int, tuple[float, int]] = {}
-    for seqs, k, value, feasible in points:
-        if not feasible or seqs > max_num_seqs or not math.isfinite(value):
-            continue
-        if seqs not in best or (value, -k) > (best[seqs][0], -best[seqs][1]):
-            best[seqs] = (value, k)
-    levels = sorted(best)
-    by_level = {level: best[level][1] for level in levels}
-    windows = [by_level[level] for level in levels]
-    shrinks = len(windows) >= 2 and windows[0] > windows[-1] and all(
-        a >= b for a, b in itertools.pairwise(windows))
-    if not shrinks or min(windows) <= 0:
-        return None, by_level
-    rows: list[list[int]] = []
-    start = 1
-    for i, level in enumerate(levels):
-        end = max_num_seqs if i == len(levels) - 1 else level
-        k = by_level[level]
-        if rows and rows[-1][2] == k:
-            rows[-1][1] = end
-        else:
-            rows.append([start, end, k])
-        start = end + 1
-    return rows, by_level
-
-
-def schedule_config(rec: Mapping[str, Any],
+def schedule_config(rec: RecommendationRecord,
                     rows: Sequence[Sequence[int]] | None = None) -> dict[str, Any] | None:
     """Speculative config with ``num_speculative_tokens_per_batch_size`` when rows exist.
 
@@ -106,7 +61,7 @@ def schedule_config(rec: Mapping[str, Any],
     ``num_speculative_tokens`` becomes the largest K (the drafter's window at batch size 1).
     """
     spec = speculative_config(rec)
-    rows = rows if rows is not None else (rec.get("provenance") or {}).get("window_schedule")
+    rows = rows if rows is not None else rec.provenance.get("window_schedule")
     if spec is None or not rows:
         return spec
     expected = 1
@@ -120,30 +75,30 @@ def schedule_config(rec: Mapping[str, Any],
     return spec
 
 
-def schedule_note(rec: Mapping[str, Any]) -> str | None:
+def schedule_note(rec: RecommendationRecord) -> str | None:
     """Why ``--format schedule`` gives the plain config (None when it has a schedule)."""
-    prov = rec.get("provenance") or {}
-    if prov.get("window_schedule") or not rec.get("speculative_config"):
+    prov = rec.provenance
+    if prov.get("window_schedule") or not rec.speculative_config:
         return None
     by_level = prov.get("window_by_max_num_seqs")
     if not by_level:
-        return (f"no per-batch-size schedule for {rec.get('workload')!r}: its run measured no "
+        return (f"no per-batch-size schedule for {rec.workload!r}: its run measured no "
                 "window by max_num_seqs; exporting the plain speculative config")
     pairs = sorted((int(a), int(b)) for a, b in by_level.items())
     seen = ", ".join(f"max_num_seqs {level}: K={k}" for level, k in pairs)
     why = ("a window of 0 (no drafter) is best at some level, and a schedule row needs K >= 1"
            if any(k <= 0 for _, k in pairs) else
            "the best window does not shrink as max_num_seqs grows")
-    return (f"no per-batch-size schedule for {rec.get('workload')!r}: {why} in run "
-            f"{rec.get('run')}'s trials ({seen}); exporting the plain speculative config")
+    return (f"no per-batch-size schedule for {rec.workload!r}: {why} in run "
+            f"{rec.run}'s trials ({seen}); exporting the plain speculative config")
 
 
-def vllm_args(rec: Mapping[str, Any]) -> list[str]:
+def vllm_args(rec: RecommendationRecord) -> list[str]:
     """The full ``vllm serve`` argument list for a recommendation."""
-    serve = rec.get("serve") or {}
-    config = rec["config"]
+    serve = rec.serve
+    config = rec.trial_config
     if not serve.get("model"):
-        raise ExportError(f"recommendation for {rec.get('workload')!r} has no serve.model; it "
+        raise ExportError(f"recommendation for {rec.workload!r} has no serve.model; it "
                           "was stored without its policy's serve section")
     args = ["vllm", "serve", str(serve["model"])]
     if serve.get("tensor_parallel_size"):
@@ -153,25 +108,25 @@ def vllm_args(rec: Mapping[str, Any]) -> list[str]:
     spec = speculative_config(rec)
     if spec:
         args += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
-    args += ["--max-num-seqs", str(config["max_num_seqs"]),
-             "--max-num-batched-tokens", str(config["max_num_batched_tokens"])]
+    args += ["--max-num-seqs", str(config.max_num_seqs),
+             "--max-num-batched-tokens", str(config.max_num_batched_tokens)]
     args += [str(a) for a in serve.get("extra_args", [])]
     return args
 
 
-def render(rec: Mapping[str, Any], fmt: str) -> str:
+def render(rec: RecommendationRecord, fmt: str) -> str:
     """The text of one export format (with a trailing newline)."""
     if fmt == "speculative-config":
         spec = speculative_config(rec)
         if spec is None:
-            raise ExportError(f"the recommendation for {rec.get('workload')!r} serves without "
+            raise ExportError(f"the recommendation for {rec.workload!r} serves without "
                               "speculative decoding (window 0); export --format vllm-args "
                               "instead")
         return json.dumps(spec) + "\n"
     if fmt == "schedule":
         spec = schedule_config(rec)
         if spec is None:
-            raise ExportError(f"the recommendation for {rec.get('workload')!r} serves without "
+            raise ExportError(f"the recommendation for {rec.workload!r} serves without "
                               "speculative decoding; there is no window schedule to export")
         return json.dumps(spec) + "\n"
     if fmt == "vllm-args":

@@ -3,7 +3,8 @@
 :func:`score_measurement` turns a backend's :class:`~autotune.types.Measurement` into an
 :class:`Outcome`: the objective value (goodput, requests per second meeting the SLO, or output
 tokens per second) and the replay's SLO constraints from :meth:`autotune.slo.Slo.check`. The
-search strategies learn from outcomes; the recommendation step picks among them.
+search strategies learn from outcomes; the recommendation step (:mod:`autotune.recommend`)
+picks among them.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 from autotune.types import Measurement, Slo
 
-__all__ = ["Outcome", "Scored", "score_measurement", "select_best"]
+__all__ = ["Outcome", "score_measurement"]
 
 
 @dataclass(frozen=True)
@@ -46,27 +47,3 @@ def score_measurement(measurement: Measurement, objective: str, slo: Slo) -> Out
     value = float(raw) if isinstance(raw, int | float) and math.isfinite(raw) else 0.0
     return Outcome(value=value, constraints=measurement.slo_check(slo).constraints,
                    summary=summary)
-
-
-@dataclass(frozen=True)
-class Scored:
-    """A finished trial as the selection sees it."""
-
-    number: int
-    config: Any
-    outcome: Outcome | None
-    is_baseline: bool = False
-
-
-def select_best(trials: list[Scored]) -> Scored | None:
-    """The best trial: highest value among feasible ones, else the least SLO violation.
-
-    Ties break towards the earlier trial (deterministic).
-    """
-    done = [t for t in trials if t.outcome is not None]
-    if not done:
-        return None
-    feasible = [t for t in done if t.outcome is not None and t.outcome.feasible]
-    if feasible:
-        return max(feasible, key=lambda t: (t.outcome.value if t.outcome else 0.0, -t.number))
-    return min(done, key=lambda t: (t.outcome.violation if t.outcome else 0.0, t.number))

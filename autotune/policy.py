@@ -19,7 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from autotune.errors import ConfigError
-from autotune.types import ReplaySchedule, Request, ServeSpec, Slo, TrialConfig
+from autotune.types import KNOB_NAMES, ReplaySchedule, Request, ServeSpec, Slo, TrialConfig
 
 __all__ = [
     "DEFAULT_POLICY_PATH",
@@ -31,8 +31,6 @@ __all__ = [
 #: The embedded default policy (the seed's Kimi-K2.6 + DSpark setting).
 DEFAULT_POLICY_PATH = Path(__file__).resolve().parent / "policies" / "default.yaml"
 
-_KNOBS = ("num_speculative_tokens", "enable_adaptive_verification", "max_num_seqs",
-          "max_num_batched_tokens")
 
 
 class _Model(BaseModel):
@@ -130,7 +128,7 @@ class Space(_Model):
 
     @model_validator(mode="after")
     def _check(self) -> Space:
-        for knob in _KNOBS:
+        for knob in KNOB_NAMES:
             values = self.choices(knob)
             if not values:
                 raise ValueError(f"{knob}: needs at least one value")
@@ -144,7 +142,7 @@ class Space(_Model):
 
     def configs(self) -> list[TrialConfig]:
         """Every config of the space (the grid), in a stable order."""
-        grid = itertools.product(*(self.choices(k) for k in _KNOBS))
+        grid = itertools.product(*(self.choices(k) for k in KNOB_NAMES))
         out = []
         for n, av, seqs, tok in grid:
             if n == 0 and av:
@@ -266,9 +264,10 @@ class Sim(_Model):
 
 
 class Search(_Model):
-    strategy: Literal["guided", "tpe", "random", "grid"] = Field(
+    strategy: Literal["guided", "tpe", "random", "gp", "grid"] = Field(
         default="guided",
-        description="guided (acceptance-guided, docs/search.md), tpe, random, or grid.")
+        description="guided (acceptance-guided, docs/search.md), or one of Optuna's samplers "
+                    "(tpe, random, gp: Gaussian process, needs torch), or grid (every config).")
     epsilon: float = Field(
         default=0.005, ge=0,
         description="guided: stop when the predicted remaining gain is below this.")

@@ -18,6 +18,7 @@ import numpy.typing as npt
 from autotune.slo import Slo, SloCheck, quantile_ms
 
 __all__ = [
+    "KNOB_NAMES",
     "SPECULATIVE_CONFIG_KEYS",
     "AcceptanceCounts",
     "AcceptanceCurve",
@@ -104,7 +105,7 @@ class ReplaySchedule:
 
 @dataclass(frozen=True, slots=True, order=True)
 class TrialConfig:
-    """The four knobs a trial sets (DESIGN §4). ``num_speculative_tokens=0`` means no drafter."""
+    """The four knobs a trial sets. ``num_speculative_tokens=0`` means no drafter."""
 
     num_speculative_tokens: int
     enable_adaptive_verification: bool
@@ -130,6 +131,10 @@ class TrialConfig:
             f"n={self.num_speculative_tokens}{av} seqs={self.max_num_seqs} "
             f"tok={self.max_num_batched_tokens}"
         )
+
+
+#: The knobs a trial sets, in order: the field names of :class:`TrialConfig`.
+KNOB_NAMES: tuple[str, ...] = tuple(f.name for f in fields(TrialConfig))
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,9 +17,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from autotune.objective import Outcome
-from autotune.orchestrate.tuning import Reporter, TuneResult, WorkloadResult
+from autotune.orchestrate import Reporter, TuneResult
 from autotune.policy import Policy
+from autotune.recommend import WorkloadResult
 from autotune.search import Suggestion
+from autotune.store import RecommendationRecord, RunRecord, TrialRecord
+from autotune.store.records import iso
 from autotune.traffic.load import LoadedSample
 
 __all__ = ["RichReporter", "print_json", "print_table", "recommendations_table",
@@ -31,7 +34,13 @@ err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 
 
 def print_json(rows: Any) -> None:
-    sys.stdout.write(json.dumps(rows, indent=2, default=str) + "\n")
+    """JSON on stdout; records print in their one JSON form (``to_json``)."""
+    sys.stdout.write(json.dumps(rows, indent=2, default=_json_form) + "\n")
+
+
+def _json_form(value: Any) -> Any:
+    to_json = getattr(value, "to_json", None)
+    return to_json() if callable(to_json) else str(value)
 
 
 def print_table(table: Table) -> None:
@@ -136,63 +145,57 @@ def result_table(results: Sequence[WorkloadResult], objective: str) -> Table:
             t.add_row(r.workload, "-", "-", "-", "-", "-", "-", str(r.trials), "failed",
                       r.reason)
             continue
-        c = rec["config"]
-        speedup = rec.get("speedup_vs_baseline")
-        status = rec["status"]
-        t.add_row(r.workload, str(c["num_speculative_tokens"]),
-                  "on" if c["enable_adaptive_verification"] else "off", str(c["max_num_seqs"]),
-                  str(c["max_num_batched_tokens"]), _num(rec["value"]),
-                  f"{speedup:.2f}x" if speedup else "-", str(r.trials), status,
+        c = rec.trial_config
+        speedup = rec.speedup_vs_baseline
+        t.add_row(r.workload, str(c.num_speculative_tokens),
+                  "on" if c.enable_adaptive_verification else "off", str(c.max_num_seqs),
+                  str(c.max_num_batched_tokens), _num(rec.value),
+                  f"{speedup:.2f}x" if speedup else "-", str(r.trials), rec.status,
                   str(r.export_path) if r.export_path else "-")
     return t
 
 
-def runs_table(rows: Sequence[Mapping[str, Any]]) -> Table:
+def runs_table(rows: Sequence[RunRecord]) -> Table:
     t = Table()
     for col in ("run", "status", "backend", "policy", "traffic", "requests", "started",
                 "finished"):
         t.add_column(col)
     for r in rows:
-        t.add_row(r["run"], r["status"], r["backend"], r["policy"]["name"],
-                  r["traffic"]["path"], str(r["traffic"]["requests"]), r["started_at"] or "-",
-                  r["finished_at"] or "-")
+        t.add_row(r.id, r.status, r.backend, r.policy_name, r.sample_path,
+                  str(r.sample_requests), iso(r.started_at) or "-", iso(r.finished_at) or "-")
     return t
 
 
-def trials_table(rows: Sequence[Mapping[str, Any]]) -> Table:
+def trials_table(rows: Sequence[TrialRecord]) -> Table:
     t = Table()
     for col in ("run", "workload", "#", "state", "config", "value", "feasible", "ttft p99 ms",
                 "itl p99 ms", "accept", "replica", "error"):
         t.add_column(col)
     for r in rows:
-        p, m = r["params"], r["metrics"] or {}
-        av = " av" if p["enable_adaptive_verification"] else ""
-        cfg = (f"n={p['num_speculative_tokens']}{av} seqs={p['max_num_seqs']} "
-               f"tok={p['max_num_batched_tokens']}")
-        if r.get("baseline"):
-            cfg += " (baseline)"
-        t.add_row(r["run"], r["workload"], str(r["number"]), r["state"], cfg, _num(r["value"]),
-                  "-" if r["feasible"] is None else ("yes" if r["feasible"] else "no"),
+        m = r.metrics
+        cfg = r.config.short() + (" (baseline)" if r.baseline else "")
+        t.add_row(r.run, r.workload, str(r.number), r.state, cfg, _num(r.value),
+                  "-" if r.feasible is None else ("yes" if r.feasible else "no"),
                   _num(m.get("ttft_p99_ms")), _num(m.get("itl_p99_ms")),
-                  _num(r["acceptance_rate"]), r["replica"] or "-",
-                  (r["error"] or "").splitlines()[0][:60] if r["error"] else "")
+                  _num(r.acceptance_rate), r.replica or "-",
+                  r.error.splitlines()[0][:60] if r.error else "")
     return t
 
 
-def recommendations_table(rows: Sequence[Mapping[str, Any]]) -> Table:
+def recommendations_table(rows: Sequence[RecommendationRecord]) -> Table:
     t = Table()
     for col in ("workload", "status", "window", "adaptive", "max_num_seqs",
                 "max_batched_tokens", "objective", "value", "speedup", "run", "created",
                 "reason"):
         t.add_column(col)
     for r in rows:
-        c = r["config"]
-        s = r.get("speedup_vs_baseline")
-        t.add_row(r["workload"], r["status"], str(c["num_speculative_tokens"]),
-                  "on" if c["enable_adaptive_verification"] else "off", str(c["max_num_seqs"]),
-                  str(c["max_num_batched_tokens"]), r["objective"], _num(r["value"]),
-                  f"{s:.2f}x" if s else "-", r["run"], r["created_at"] or "-",
-                  r.get("reason") or "")
+        c = r.config
+        s = r.speedup_vs_baseline
+        t.add_row(r.workload, r.status, str(c.get("num_speculative_tokens", "-")),
+                  "on" if c.get("enable_adaptive_verification") else "off",
+                  str(c.get("max_num_seqs", "-")), str(c.get("max_num_batched_tokens", "-")),
+                  r.objective, _num(r.value),
+                  f"{s:.2f}x" if s else "-", r.run, iso(r.created_at) or "-", r.reason)
     return t
 
 
@@ -225,21 +228,18 @@ def print_pass(result: TuneResult, policy: Policy, why: str | None) -> None:
               "lists its trials")
 
 
-def print_status(report: Mapping[str, Any]) -> None:
-    state = report.get("daemon")
+def print_status(state: Mapping[str, Any] | None, current: Sequence[RunRecord],
+                 last: RunRecord | None, recs: Sequence[RecommendationRecord]) -> None:
     if state is None:
         out.print("daemon: no state file (not started here)")
     else:
         alive = "running" if state.get("alive") else "not running"
         out.print(f"daemon: {alive} (pid {state.get('pid')}, {state.get('status')}, "
                   f"updated {state.get('updated_at')}), traffic {state.get('traffic')}")
-    current = report.get("current_runs") or []
-    out.print("current run: " + (", ".join(r["run"] for r in current) if current else "none"))
-    last = report.get("last_finished_run")
-    out.print("last finished run: " + (f"{last['run']} (finished {last['finished_at']})"
+    out.print("current run: " + (", ".join(r.id for r in current) if current else "none"))
+    out.print("last finished run: " + (f"{last.id} (finished {iso(last.finished_at)})"
                                        if last else "none"))
-    out.print(f"next pass: {report.get('next_pass') or '-'}")
-    recs = report.get("active_recommendations") or []
+    out.print(f"next pass: {(state or {}).get('next_pass') or '-'}")
     if recs:
         print_table(recommendations_table(recs))
     else:

@@ -274,21 +274,17 @@ def _best(trials: Sequence[tuple[Any, Reading]]) -> Any:
 
 def run_searcher(wl: Workload, table: Table, method: str, seed: int, budget: int) -> Run:
     from autotune.objective import Outcome
-    from autotune.search import Searcher
-    from autotune.search.guided import make_guide
+    from autotune.search import open_search
 
     policy = bench_policy(wl, method, budget)
-    guide = (make_guide(wl.requests, policy.space.configs(), policy)
-             if method == "guided" else None)
-    s = Searcher(policy=policy, run_id=f"bench-{method}-{seed}", workload=wl.name,
-                 storage_url="sqlite:///:memory:", seed=seed, guide=guide)
+    s = open_search(policy, f"bench-{method}-{seed}", wl.name, "sqlite:///:memory:", seed=seed,
+                    requests=wl.requests)
     trials: list[tuple[Any, Reading]] = []
     while (sug := s.ask()) is not None:
         r = table.read(sug.config, seed)
         trials.append((sug.config, r))
         s.tell(sug, Outcome(r.value, r.constraints, r.summary))
-    cal = guide.predictor.calibration if guide is not None else None
-    return Run(method, trials, s.stop_reason, cal)
+    return Run(method, trials, s.stop_reason, s.strategy.calibration())
 
 
 def run_grid(wl: Workload, table: Table, seed: int) -> Run:

@@ -8,24 +8,34 @@ from typing import Any
 import pytest
 
 from autotune.errors import ExportError
-from autotune.export import render, schedule_note, window_schedule, write_atomic
-from autotune.types import SPECULATIVE_CONFIG_KEYS
+from autotune.export import render, schedule_note, write_atomic
+from autotune.recommend import window_schedule
+from autotune.store import RecommendationRecord
+from autotune.types import SPECULATIVE_CONFIG_KEYS, TrialConfig
 
-REC: dict[str, Any] = {
-    "workload": "code",
-    "config": {"num_speculative_tokens": 5, "enable_adaptive_verification": False,
-               "max_num_seqs": 64, "max_num_batched_tokens": 8192},
-    "speculative_config": {"method": "dspark", "model": "novita/kimi-k2.6-dspark",
-                           "num_speculative_tokens": 5},
-    "serve": {"model": "moonshotai/Kimi-K2.6", "tensor_parallel_size": 8,
-              "max_model_len": 20000, "extra_args": ["--trust-remote-code"]},
-    "provenance": {},
-}
+
+def record(**over: Any) -> RecommendationRecord:
+    """A stored recommendation as the Store returns it (what the exports read)."""
+    fields: dict[str, Any] = dict(
+        id=1, workload="code", status="active", config=TrialConfig(5, False, 64, 8192).as_dict(),
+        speculative_config={"method": "dspark", "model": "novita/kimi-k2.6-dspark",
+                            "num_speculative_tokens": 5},
+        serve={"model": "moonshotai/Kimi-K2.6", "tensor_parallel_size": 8,
+               "max_model_len": 20000, "extra_args": ["--trust-remote-code"]},
+        objective="goodput", value=1.0, value_ci=None, baseline_value=None,
+        speedup_vs_baseline=None, gain=None, gain_ci=None, compared_with=None, run="r0",
+        trial_id=None, backend="sim", provenance={}, reason="", created_at=None,
+        promoted_at=None, retired_at=None, retired_by=None)
+    fields.update(over)
+    return RecommendationRecord(**fields)
+
+
+REC = record()
 
 
 def test_speculative_config_is_exact_json() -> None:
     spec = json.loads(render(REC, "speculative-config"))
-    assert spec == REC["speculative_config"]
+    assert spec == REC.speculative_config
     assert set(spec) <= SPECULATIVE_CONFIG_KEYS
 
 
@@ -40,20 +50,20 @@ def test_vllm_args_round_trip_through_a_shell() -> None:
 
 
 def test_schedule_rows_validated() -> None:
-    rec = {**REC, "provenance": {"window_schedule": [[1, 8, 5], [9, 64, 3]]}}
+    rec = record(provenance={"window_schedule": [[1, 8, 5], [9, 64, 3]]})
     spec = json.loads(render(rec, "schedule"))
     assert spec["num_speculative_tokens_per_batch_size"] == [[1, 8, 5], [9, 64, 3]]
     with pytest.raises(ExportError, match="from 1 contiguously"):
-        render({**REC, "provenance": {"window_schedule": [[2, 8, 5]]}}, "schedule")
+        render(record(provenance={"window_schedule": [[2, 8, 5]]}), "schedule")
 
 
 def test_unknown_fields_and_window_zero_refused() -> None:
     with pytest.raises(ExportError, match="does not know"):
-        render({**REC, "speculative_config": {"method": "dspark", "bogus": 1}},
+        render(record(speculative_config={"method": "dspark", "bogus": 1}),
                "speculative-config")
     with pytest.raises(ExportError, match="vllm-args instead"):
-        render({**REC, "speculative_config": None}, "speculative-config")
-    assert "--speculative-config" not in render({**REC, "speculative_config": None},
+        render(record(speculative_config=None), "speculative-config")
+    assert "--speculative-config" not in render(record(speculative_config=None),
                                                 "vllm-args")
 
 
@@ -74,7 +84,7 @@ def test_window_schedule_rows_when_the_best_window_shrinks() -> None:
     rows, by_level = window_schedule(points, max_num_seqs=64)
     assert by_level == {1: 7, 8: 5, 32: 3, 64: 3}
     assert rows == [[1, 1, 7], [2, 8, 5], [9, 64, 3]]  # 32 and 64 merge, last row up to 64
-    spec = json.loads(render({**REC, "provenance": {"window_schedule": rows}}, "schedule"))
+    spec = json.loads(render(record(provenance={"window_schedule": rows}), "schedule"))
     assert spec["num_speculative_tokens_per_batch_size"] == rows
     assert spec["num_speculative_tokens"] == 7  # the drafter's window at batch size 1
     assert set(spec) <= SPECULATIVE_CONFIG_KEYS
@@ -89,22 +99,22 @@ def test_window_schedule_rows_when_the_best_window_shrinks() -> None:
 def test_no_window_schedule_unless_it_shrinks(points: list[Any]) -> None:
     rows, by_level = window_schedule(points, max_num_seqs=64)
     assert rows is None and by_level
-    rec = {**REC, "run": "r1", "provenance": {
+    rec = record(run="r1", provenance={
         "window_schedule": rows, "window_by_max_num_seqs": {str(k): v for k, v in
-                                                            by_level.items()}}}
-    assert json.loads(render(rec, "schedule")) == REC["speculative_config"]
+                                                            by_level.items()}})
+    assert json.loads(render(rec, "schedule")) == REC.speculative_config
     note = schedule_note(rec)
     assert note is not None and "run r1" in note and "max_num_seqs 64: K=" in note
 
 
 def test_schedule_note_only_when_plain() -> None:
-    rec = {**REC, "provenance": {"window_schedule": [[1, 8, 5], [9, 64, 3]]}}
+    rec = record(provenance={"window_schedule": [[1, 8, 5], [9, 64, 3]]})
     assert schedule_note(rec) is None
     assert "measured no window" in (schedule_note(REC) or "")
 
 
 def test_vllm_args_export_the_measured_config_not_the_schedule() -> None:
-    rec = {**REC, "provenance": {"window_schedule": [[1, 8, 7], [9, 64, 5]]}}
+    rec = record(provenance={"window_schedule": [[1, 8, 7], [9, 64, 5]]})
     args = shlex.split(render(rec, "vllm-args"))
     spec = json.loads(args[args.index("--speculative-config") + 1])
-    assert spec == REC["speculative_config"]
+    assert spec == REC.speculative_config

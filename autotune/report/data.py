@@ -9,17 +9,23 @@ best, and predicted against measured per-position acceptance of each recommendat
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from autotune.errors import StoreError
-from autotune.store import Store
+from autotune.store import (
+    CalibrationRecord,
+    RecommendationRecord,
+    RunRecord,
+    Store,
+    TrialRecord,
+)
 from autotune.store.engine import redact
 
 __all__ = [
-    "Calibration",
+    "AcceptancePanel",
     "HistoryPoint",
     "ReportData",
     "TrialPoint",
@@ -78,13 +84,12 @@ class TrialPoint:
                 f"seqs={p.get('max_num_seqs')} tokens={p.get('max_num_batched_tokens')}")
 
     @classmethod
-    def from_view(cls, t: Mapping[str, Any]) -> TrialPoint:
-        m = t.get("metrics") or {}
-        return cls(id=int(t["id"]), number=int(t["number"]), state=str(t["state"]),
-                   baseline=bool(t.get("baseline")), params=dict(t.get("params") or {}),
-                   value=_num(t.get("value")), feasible=t.get("feasible"),
+    def from_record(cls, t: TrialRecord) -> TrialPoint:
+        m = t.metrics
+        return cls(id=t.id, number=t.number, state=t.state, baseline=t.baseline,
+                   params=dict(t.params), value=_num(t.value), feasible=t.feasible,
                    throughput=_num(m.get(THROUGHPUT)), itl_p99_ms=_num(m.get(ITL_P99)),
-                   ttft_p99_ms=_num(m.get("ttft_p99_ms")), error=t.get("error"),
+                   ttft_p99_ms=_num(m.get("ttft_p99_ms")), error=t.error,
                    at_capacity="capacity_replays" in m)
 
 
@@ -109,7 +114,7 @@ class HistoryPoint:
 
 
 @dataclass(frozen=True)
-class Calibration:
+class AcceptancePanel:
     """Predicted (confidence head) and measured (vLLM counters) acceptance by position.
 
     Both are survivals: the share of drafts whose first k tokens were all accepted.
@@ -154,12 +159,12 @@ class WorkloadReport:
 
     name: str
     trials: tuple[TrialPoint, ...]
-    recommendation: Mapping[str, Any] | None = None
+    recommendation: RecommendationRecord | None = None
     #: The policy's p99 bounds (ms), recovered from the trials' constraints.
     itl_slo_ms: float | None = None
     ttft_slo_ms: float | None = None
     #: The confidence-head calibration the run's guided search fitted (Store.calibrations).
-    fit: Mapping[str, Any] | None = None
+    fit: CalibrationRecord | None = None
 
     @property
     def measured(self) -> list[TrialPoint]:
@@ -175,7 +180,7 @@ class WorkloadReport:
 
     @property
     def recommended(self) -> TrialPoint | None:
-        tid = self.recommendation.get("trial_id") if self.recommendation else None
+        tid = self.recommendation.trial_id if self.recommendation else None
         return next((t for t in self.trials if t.id == tid), None) if tid is not None else None
 
     def pareto(self) -> list[TrialPoint]:
@@ -219,8 +224,9 @@ class WorkloadReport:
                                     t.feasible if t.measured else None, best, t))
         return out
 
-    def calibration(self) -> Calibration | None:
-        acc = ((self.recommendation or {}).get("provenance") or {}).get("acceptance") or {}
+    def calibration(self) -> AcceptancePanel | None:
+        rec = self.recommendation
+        acc = (rec.provenance.get("acceptance") if rec else None) or {}
         pred, meas = acc.get("predicted_per_position"), acc.get("measured_per_position")
         if not pred or not meas:
             return None
@@ -228,16 +234,16 @@ class WorkloadReport:
         m = tuple(v for v in (_num(x) for x in meas) if v is not None)
         if len(p) != len(pred) or len(m) != len(meas):
             return None
-        return Calibration(predicted=p, measured=m)
+        return AcceptancePanel(predicted=p, measured=m)
 
 
 @dataclass(frozen=True)
 class ReportData:
     """Everything one report shows, for one run."""
 
-    run: Mapping[str, Any]
+    run: RunRecord
     workloads: tuple[WorkloadReport, ...]
-    recommendations: tuple[Mapping[str, Any], ...]
+    recommendations: tuple[RecommendationRecord, ...]
     objective: str
     db: str
     generated_at: str
@@ -247,24 +253,24 @@ class ReportData:
         return sum(len(w.trials) for w in self.workloads)
 
 
-def slo_bound(views: Sequence[Mapping[str, Any]], name: str) -> float | None:
+def slo_bound(trials: Sequence[TrialRecord], name: str) -> float | None:
     """A policy's SLO bound, recovered from a trial's constraint (measured minus bound)."""
-    for t in views:
-        m = t.get("metrics") or {}
+    for t in trials:
+        m = t.metrics
         measured, excess = _num(m.get(name)), _num((m.get("constraints") or {}).get(name))
         if measured is not None and excess is not None:
             return measured - excess
     return None
 
 
-def pick_run(store: Store, run_id: str | None) -> dict[str, Any]:
+def pick_run(store: Store, run_id: str | None) -> RunRecord:
     """The run asked for, or the newest finished one."""
     if run_id:
         return store.run(run_id)
     runs = store.runs()
-    finished = next((r for r in runs if r["status"] == "finished"), None)
+    finished = next((r for r in runs if r.status == "finished"), None)
     if finished is None:
-        others = ", ".join(f"{r['run']} ({r['status']})" for r in runs[:5])
+        others = ", ".join(f"{r.id} ({r.status})" for r in runs[:5])
         hint = (f"runs in the database: {others}; pass one with --run ID" if runs else
                 "run: autotune start --traffic SAMPLE --once")
         raise StoreError(f"no finished run in database {store.url}; {hint}")
@@ -274,26 +280,26 @@ def pick_run(store: Store, run_id: str | None) -> dict[str, Any]:
 def load_report_data(store: Store, run_id: str | None = None) -> ReportData:
     """Read one run (default: the newest finished) with its trials and recommendations."""
     run = pick_run(store, run_id)
-    rid = run["run"]
-    views = store.trials(rid)
+    rid = run.id
+    trials = store.trials(rid)
     recs = store.recommendations(run_id=rid)
-    rec_by_workload: dict[str, Mapping[str, Any]] = {}
+    rec_by_workload: dict[str, RecommendationRecord] = {}
     for r in recs:  # newest first per workload: keep the newest of this run
-        rec_by_workload.setdefault(r["workload"], r)
-    fits: dict[str, Mapping[str, Any]] = {}
+        rec_by_workload.setdefault(r.workload, r)
+    fits: dict[str, CalibrationRecord] = {}
     for c in store.calibrations(run_id=rid):  # newest first: keep the run's final fit
-        fits.setdefault(c["workload"], c)
-    names = sorted({t["workload"] for t in views} | set(rec_by_workload))
+        fits.setdefault(c.workload, c)
+    names = sorted({t.workload for t in trials} | set(rec_by_workload))
     workloads = []
     for name in names:
-        mine = tuple(t for t in views if t["workload"] == name)
+        mine = tuple(t for t in trials if t.workload == name)
         workloads.append(WorkloadReport(
-            name=name, trials=tuple(TrialPoint.from_view(t) for t in mine),
+            name=name, trials=tuple(TrialPoint.from_record(t) for t in mine),
             recommendation=rec_by_workload.get(name), itl_slo_ms=slo_bound(mine, ITL_P99),
             ttft_slo_ms=slo_bound(mine, "ttft_p99_ms"), fit=fits.get(name)))
-    objectives = {str(r["objective"]) for r in recs}
+    objectives = {r.objective for r in recs}
     objective = objectives.pop() if len(objectives) == 1 else "objective"
     return ReportData(run=run, workloads=tuple(workloads),
-                      recommendations=tuple(sorted(recs, key=lambda r: r["workload"])),
+                      recommendations=tuple(sorted(recs, key=lambda r: r.workload)),
                       objective=objective, db=redact(store.url),
                       generated_at=datetime.now(UTC).isoformat(timespec="seconds"))

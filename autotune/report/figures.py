@@ -283,8 +283,8 @@ def calibration_chart(data: ReportData) -> Chart:
     if missing:
         caption += " No calibration data (no predictions or no acceptance counters): " + \
             ", ".join(missing) + "."
-    fits = [f"{w.name} {w.fit['method']}, ECE {_fmt(w.fit['ece_before'], 3)} before, "
-            f"{_fmt(w.fit['ece_after'], 3)} after" for w in data.workloads if w.fit]
+    fits = [f"{w.name} {w.fit.method}, ECE {_fmt(w.fit.ece_before, 3)} before, "
+            f"{_fmt(w.fit.ece_after, 3)} after" for w in data.workloads if w.fit]
     if fits:
         caption += (" The guided search recalibrated the head from the runs' counters (ECE "
                     "over draft positions; after: held out): " + "; ".join(fits) + ".")

@@ -8,7 +8,7 @@ chart data is JSON that plotly escapes itself. The file is written atomically.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
@@ -19,7 +19,8 @@ from autotune.errors import DependencyError
 from autotune.export import write_atomic
 from autotune.report.data import ReportData, load_report_data
 from autotune.report.figures import Chart, build_charts
-from autotune.store import Store
+from autotune.store import RecommendationRecord, Store
+from autotune.store.records import iso
 
 __all__ = ["ReportWritten", "render_report", "write_report"]
 
@@ -95,74 +96,70 @@ def _short(sha: Any) -> str:
 
 def _header(data: ReportData) -> str:
     run = data.run
-    traffic = run.get("traffic") or {}
-    policy = run.get("policy") or {}
     failed = sum(len(w.failed) for w in data.workloads)
-    status = str(run.get("status"))
+    status = run.status
     status_html = _e(status) if status == "finished" else f'<b class="bad">{_e(status)}</b>'
     return (
-        f"<h1>autotune report · run <code>{_e(run.get('run'))}</code></h1>"
-        f'<p class="meta">status {status_html} · backend <code>{_e(run.get("backend"))}</code>'
-        f" · policy <code>{_e(policy.get('name'))}</code> ({_short(policy.get('sha256'))})"
-        f" · seed {_e(run.get('seed'))}<br>traffic <code>{_e(traffic.get('path'))}</code> "
-        f"({_e(traffic.get('requests'))} requests, sha256 {_short(traffic.get('sha256'))})"
-        f" · started {_e(run.get('started_at'))} · finished {_e(run.get('finished_at'))}<br>"
+        f"<h1>autotune report · run <code>{_e(run.id)}</code></h1>"
+        f'<p class="meta">status {status_html} · backend <code>{_e(run.backend)}</code>'
+        f" · policy <code>{_e(run.policy_name)}</code> ({_short(run.policy_sha256)})"
+        f" · seed {_e(run.seed)}<br>traffic <code>{_e(run.sample_path)}</code> "
+        f"({_e(run.sample_requests)} requests, sha256 {_short(run.sample_sha256)})"
+        f" · started {_e(iso(run.started_at))} · finished {_e(iso(run.finished_at))}<br>"
         f"{len(data.workloads)} workloads · {data.trial_count} trials ({failed} failed) · "
         f"objective <code>{_e(data.objective)}</code>"
-        + (f'<br><span class="bad">run error: {_e(run.get("error"))}</span>'
-           if run.get("error") else "")
+        + (f'<br><span class="bad">run error: {_e(run.error)}</span>' if run.error else "")
         + "</p>")
 
 
-def _provenance(rec: Mapping[str, Any]) -> str:
-    prov = rec.get("provenance") or {}
+def _provenance(rec: RecommendationRecord) -> str:
+    prov = rec.provenance
     traffic = prov.get("traffic") or {}
     policy = prov.get("policy") or {}
-    spec = rec.get("speculative_config")
+    spec = rec.speculative_config
     rows = [
         ("model", prov.get("model")), ("draft model", prov.get("draft_model")),
-        ("method", prov.get("method")), ("backend", rec.get("backend")),
+        ("method", prov.get("method")), ("backend", rec.backend),
         ("hardware", prov.get("hardware")), ("vLLM version", prov.get("vllm_version")),
         ("traffic", f"{traffic.get('path')} · {traffic.get('requests')} requests · sha256 "
                     f"{traffic.get('sha256')}"),
         ("policy", f"{policy.get('name')} · sha256 {policy.get('sha256')}"),
-        ("run", rec.get("run")), ("seed", prov.get("seed")), ("trial id", rec.get("trial_id")),
-        ("trials", prov.get("trials")), ("created", rec.get("created_at")),
-        ("retired", rec.get("retired_at")),
+        ("run", rec.run), ("seed", prov.get("seed")), ("trial id", rec.trial_id),
+        ("trials", prov.get("trials")), ("created", iso(rec.created_at)),
+        ("retired", iso(rec.retired_at)),
     ]
     dl = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in rows if v is not None)
-    flag = (f"<pre>--speculative-config '{_e(json.dumps(spec, sort_keys=True))}'</pre>"
+    flag = (f"<pre>--speculative-config '{_e(json.dumps(dict(spec), sort_keys=True))}'</pre>"
             if spec else "<p>served without a drafter</p>")
-    full = _e(json.dumps(prov, indent=2, sort_keys=True, default=str))
+    full = _e(json.dumps(dict(prov), indent=2, sort_keys=True, default=str))
     return (f"<details><summary>provenance</summary><dl>{dl}</dl>{flag}"
             f"<details><summary>full provenance JSON</summary><pre>{full}</pre></details>"
             "</details>")
 
 
-def _recommendation_row(rec: Mapping[str, Any]) -> str:
-    cfg = rec.get("config") or {}
-    prov = rec.get("provenance") or {}
-    acc = prov.get("acceptance") or {}
-    ci = rec.get("value_ci")
-    value = _num(rec.get("value")) + (f" [{_num(ci[0])}, {_num(ci[1])}]" if ci else "")
-    speedup = rec.get("speedup_vs_baseline")
-    feasible = prov.get("feasible")
+def _recommendation_row(rec: RecommendationRecord) -> str:
+    cfg = rec.config
+    acc = rec.provenance.get("acceptance") or {}
+    ci = rec.value_ci
+    value = _num(rec.value) + (f" [{_num(ci[0])}, {_num(ci[1])}]" if ci else "")
+    speedup = rec.speedup_vs_baseline
+    feasible = rec.provenance.get("feasible")
     slo = ("n/a" if feasible is None else
            '<span class="ok">yes</span>' if feasible else '<span class="bad">no</span>')
-    status = _e(rec.get("status"))
+    status = _e(rec.status)
     adaptive = cfg.get("enable_adaptive_verification")
     return (
-        f"<tr><td><b>{_e(rec.get('workload'))}</b></td>"
+        f"<tr><td><b>{_e(rec.workload)}</b></td>"
         f'<td><span class="status {status}">{status}</span></td>'
         f'<td class="num">{_e(cfg.get("num_speculative_tokens"))}</td>'
         f"<td>{'on' if adaptive else 'off' if adaptive is not None else 'n/a'}</td>"
         f'<td class="num">{_e(cfg.get("max_num_seqs"))}</td>'
         f'<td class="num">{_e(cfg.get("max_num_batched_tokens"))}</td>'
-        f'<td class="num">{value}</td><td class="num">{_num(rec.get("baseline_value"))}</td>'
+        f'<td class="num">{value}</td><td class="num">{_num(rec.baseline_value)}</td>'
         f'<td class="num">{_num(speedup, 3) + "x" if speedup is not None else "n/a"}</td>'
         f'<td class="num">{_num(acc.get("predicted_tokens_per_step"), 3)} → '
         f'{_num(acc.get("measured_tokens_per_step"), 3)}</td>'
-        f'<td>{slo}</td><td class="reason">{_e(rec.get("reason"))}{_provenance(rec)}</td></tr>')
+        f'<td>{slo}</td><td class="reason">{_e(rec.reason)}{_provenance(rec)}</td></tr>')
 
 
 def _recommendations(data: ReportData) -> str:
@@ -174,7 +171,7 @@ def _recommendations(data: ReportData) -> str:
     if not body:
         body = ('<tr><td colspan="12">this run made no recommendation (every trial failed?); '
                 "see <code>autotune trials --run "
-                f"{_e(data.run.get('run'))}</code></td></tr>")
+                f"{_e(data.run.id)}</code></td></tr>")
     return (
         '<section id="recommendations"><h2>Recommendations of this run</h2>'
         '<p class="caption">One row per workload: the configuration chosen, its objective '
@@ -195,7 +192,7 @@ def render_report(data: ReportData, charts: Sequence[Chart] | None = None) -> st
     js, plotly_version = _plotly_js()
     charts = build_charts(data) if charts is None else charts
     nav = "".join(f'<a href="#{_e(c.id)}">{_e(c.title.split(":")[0])}</a>' for c in charts)
-    title = f"autotune report · run {data.run.get('run')}"
+    title = f"autotune report · run {data.run.id}"
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
@@ -216,5 +213,5 @@ def write_report(store: Store, output: str | Path, run_id: str | None = None) ->
     data = load_report_data(store, run_id)
     text = render_report(data)
     path = write_atomic(output, text)
-    return ReportWritten(path=path, run_id=str(data.run["run"]), workloads=len(data.workloads),
+    return ReportWritten(path=path, run_id=data.run.id, workloads=len(data.workloads),
                          trials=data.trial_count, size_bytes=len(text.encode("utf-8")))

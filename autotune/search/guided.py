@@ -1,4 +1,4 @@
-"""Acceptance-guided search: run only the configs the predictor says can still win (DESIGN §7).
+"""Acceptance-guided search: run only the configs the predictor says can still win.
 
 The loop, per workload, after the baseline trial (which doubles as the profiling run: its
 acceptance counters calibrate the head, its step times and p99s fit the cost model):
@@ -13,28 +13,36 @@ acceptance counters calibrate the head, its step times and p99s fit the cost mod
    left, relative to the incumbent — is below the policy's ``search.epsilon``, or when the
    budget is spent.
 
-:class:`Guide` holds that state for one workload; :class:`~autotune.search.study.Searcher`
-asks it for the next config when the policy's strategy is ``guided``.
+:class:`Guide` holds that state for one workload; :class:`GuidedStrategy` is the ``guided``
+strategy of :mod:`autotune.search.strategy` built on it.
 """
 
 from __future__ import annotations
 
+import logging
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Any
 
+from autotune.acceptance import HeadCalibration
+from autotune.objective import Outcome
+from autotune.policy import Policy
 from autotune.predict import Observation, Prediction, Predictor
+from autotune.search.sampler import create_tpe
+from autotune.search.strategy import Proposal, Strategy, StrategySetup
 from autotune.types import Measurement, Request, TrialConfig
 
-__all__ = ["Decision", "Guide", "make_guide"]
+__all__ = ["Guide", "GuideDecision", "GuidedStrategy", "create_guided", "make_guide"]
+
+log = logging.getLogger(__name__)
 
 #: One-sided z of the optimistic prediction (95th percentile).
 OPTIMISTIC_Z = 1.645
 
 
 @dataclass(frozen=True)
-class Decision:
+class GuideDecision:
     """Why the guide proposed what it did (for logs and reports)."""
 
     config: TrialConfig | None
@@ -63,7 +71,7 @@ class Guide:
     def __init__(self, predictor: Predictor, epsilon: float) -> None:
         self.predictor = predictor
         self.epsilon = epsilon
-        self.decisions: list[Decision] = []
+        self.decisions: list[GuideDecision] = []
 
     # -- measurements -----------------------------------------------------------------------
     def observe(self, config: TrialConfig, value: float | None, feasible: bool,
@@ -84,7 +92,7 @@ class Guide:
         return sorted((preds[c] for c in self.predictor.configs),
                       key=lambda p: (-p.value * (1.0 - p.risk), p.config))
 
-    def propose(self, exclude: Iterable[TrialConfig] = ()) -> Decision:
+    def propose(self, exclude: Iterable[TrialConfig] = ()) -> GuideDecision:
         """The next config to run (None: stop), never one of ``exclude`` (measured, running)."""
         skip = set(exclude) | {o.config for o in self.predictor.observations}
         ranked = [p for p in self.rank() if p.config not in skip]
@@ -109,13 +117,13 @@ class Guide:
                           len(ranked), pruned)
 
     def _note(self, config: TrialConfig | None, reason: str, incumbent: float | None,
-              remaining: float, candidates: int, pruned: int) -> Decision:
-        d = Decision(config, reason, incumbent, remaining, candidates, pruned)
+              remaining: float, candidates: int, pruned: int) -> GuideDecision:
+        d = GuideDecision(config, reason, incumbent, remaining, candidates, pruned)
         self.decisions.append(d)
         return d
 
 
-def make_guide(requests: Sequence[Request], configs: Iterable[TrialConfig], policy: Any,
+def make_guide(requests: Sequence[Request], configs: Iterable[TrialConfig], policy: Policy,
                *, epsilon: float | None = None) -> Guide:
     """A guide for one workload of a policy (its SLO, objective, replay, serve block)."""
     replay = policy.replay
@@ -126,3 +134,36 @@ def make_guide(requests: Sequence[Request], configs: Iterable[TrialConfig], poli
         concurrency=replay.concurrency, find_capacity=replay.find_capacity,
         max_model_len=policy.serve.max_model_len)
     return Guide(predictor, policy.search.epsilon if epsilon is None else epsilon)
+
+
+class GuidedStrategy(Strategy):
+    """The ``guided`` strategy: the guide's pick after every measurement, until it stops."""
+
+    kind = "guided"
+
+    def __init__(self, guide: Guide) -> None:
+        self.guide = guide
+
+    def propose(self, measured: Mapping[TrialConfig, Outcome | None],
+                running: Set[TrialConfig]) -> Proposal:
+        decision = self.guide.propose(exclude=set(measured) | set(running))
+        return Proposal(decision.config, decision.reason)
+
+    def observe(self, config: TrialConfig, outcome: Outcome | None,
+                measurement: Measurement | None) -> None:
+        self.guide.observe(config, outcome.value if outcome else None,
+                           bool(outcome and outcome.feasible),
+                           outcome.summary if outcome else None, measurement)
+
+    def calibration(self) -> HeadCalibration | None:
+        cal = self.guide.predictor.calibration
+        return cal if cal.ece_before is not None else None
+
+
+def create_guided(setup: StrategySetup) -> Strategy:
+    """The guided strategy for a workload; without requests to predict from, TPE (logged)."""
+    if not setup.requests:
+        log.warning("search.strategy guided needs the workload's requests to predict from; "
+                    "none were given, so TPE searches instead")
+        return create_tpe(setup)
+    return GuidedStrategy(make_guide(setup.requests, setup.configs, setup.policy))

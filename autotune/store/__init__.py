@@ -9,6 +9,13 @@ database.
 from __future__ import annotations
 
 from autotune.store.engine import DEFAULT_DB_URL, ENV_DB_URL, resolve_url
+from autotune.store.records import (
+    CalibrationRecord,
+    RecommendationRecord,
+    RunRecord,
+    SampleRecord,
+    TrialRecord,
+)
 from autotune.store.schema import HEAD, UpgradeResult, upgrade
 from autotune.store.store import Store, new_run_id
 
@@ -16,7 +23,12 @@ __all__ = [
     "DEFAULT_DB_URL",
     "ENV_DB_URL",
     "HEAD",
+    "CalibrationRecord",
+    "RecommendationRecord",
+    "RunRecord",
+    "SampleRecord",
     "Store",
+    "TrialRecord",
     "UpgradeResult",
     "new_run_id",
     "resolve_url",

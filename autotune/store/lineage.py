@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from autotune.store.records import RecommendationRecord, iso
+
 if TYPE_CHECKING:
     from rich.table import Table
 
@@ -25,44 +27,44 @@ def _config(c: Mapping[str, Any]) -> str:
             f"tok={c.get('max_num_batched_tokens')}")
 
 
-def _value(r: Mapping[str, Any]) -> str:
-    text = f"{r['value']:.4g}"
-    if r.get("value_ci"):
-        low, high = r["value_ci"]
+def _value(r: RecommendationRecord) -> str:
+    text = f"{r.value:.4g}"
+    if r.value_ci:
+        low, high = r.value_ci
         text += f" [{low:.4g}, {high:.4g}]"
     return text
 
 
-def _gain(r: Mapping[str, Any]) -> str:
-    if r.get("gain") is None:
+def _gain(r: RecommendationRecord) -> str:
+    if r.gain is None:
         return "-"
-    text = f"{r['gain']:+.1%}"
-    if r.get("gain_ci"):
-        low, high = r["gain_ci"]
+    text = f"{r.gain:+.1%}"
+    if r.gain_ci:
+        low, high = r.gain_ci
         text += f" [{low:+.1%}, {high:+.1%}]"
-    return f"{text} vs #{r['compared_with']}" if r.get("compared_with") else text
+    return f"{text} vs #{r.compared_with}" if r.compared_with else text
 
 
-def _when(iso: str | None) -> str:
+def _when(when: str | None) -> str:
     """``2026-11-29T15:42:07+00:00`` → ``2026-11-29 15:42:07`` (times are stored in UTC)."""
-    return iso.replace("T", " ").removesuffix("+00:00") if iso else "-"
+    return when.replace("T", " ").removesuffix("+00:00") if when else "-"
 
 
-def _retired(r: Mapping[str, Any]) -> str:
-    if not r.get("retired_at"):
+def _retired(r: RecommendationRecord) -> str:
+    if not r.retired_at:
         return "-"
-    by = f" by #{r['retired_by']}" if r.get("retired_by") else ""
-    return f"{_when(r['retired_at'])}{by}"
+    by = f" by #{r.retired_by}" if r.retired_by else ""
+    return f"{_when(iso(r.retired_at))}{by}"
 
 
-def lineage_rows(recs: Sequence[Mapping[str, Any]]) -> list[tuple[str, ...]]:
-    """Rows of :data:`LINEAGE_COLUMNS` for recommendation views (``Store.recommendations``)."""
-    return [(str(r["id"]), r["workload"], r["status"], _when(r.get("created_at")), _retired(r),
-             _config(r["config"]), _value(r), _gain(r), r["run"], r.get("reason") or "")
+def lineage_rows(recs: Sequence[RecommendationRecord]) -> list[tuple[str, ...]]:
+    """Rows of :data:`LINEAGE_COLUMNS` for recommendations (``Store.recommendations``)."""
+    return [(str(r.id), r.workload, r.status, _when(iso(r.created_at)), _retired(r),
+             _config(r.config), _value(r), _gain(r), r.run, r.reason)
             for r in recs]
 
 
-def lineage_table(recs: Sequence[Mapping[str, Any]]) -> Table:
+def lineage_table(recs: Sequence[RecommendationRecord]) -> Table:
     from rich.table import Table
 
     table = Table(title="recommendation history (newest first)", title_justify="left")

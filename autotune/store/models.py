@@ -39,7 +39,7 @@ __all__ = [
     "REC_STATUSES",
     "TABLE_PREFIX",
     "Base",
-    "Calibration",
+    "CalibrationRow",
     "RecommendationRow",
     "RunRow",
     "TrafficSampleRow",
@@ -165,7 +165,7 @@ class RecommendationRow(Base):
     promoted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
-class Calibration(Base):
+class CalibrationRow(Base):
     __tablename__ = "autotune_calibrations"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)

@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session, defer, sessionmaker
 from autotune.errors import StoreError
 from autotune.store.engine import WRITE, make_engine, resolve_url, session_scope
 from autotune.store.models import (
-    Calibration,
+    CalibrationRow,
     RecommendationRow,
     RunRow,
     TrafficSampleRow,
@@ -31,6 +31,14 @@ from autotune.store.models import (
     WorkloadRow,
     utcnow,
 )
+from autotune.store.records import (
+    CalibrationRecord,
+    RecommendationRecord,
+    RunRecord,
+    SampleRecord,
+    TrialRecord,
+)
+from autotune.types import TrialConfig
 
 __all__ = ["Store", "new_run_id"]
 
@@ -55,16 +63,8 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
-def _pair(low: float | None, high: float | None) -> list[float] | None:
-    return [low, high] if low is not None and high is not None else None
-
-
-def _iso(t: datetime | None) -> str | None:
-    if t is None:
-        return None
-    if t.tzinfo is None:  # SQLite drops the zone; values are written in UTC
-        t = t.replace(tzinfo=UTC)
-    return t.isoformat(timespec="seconds")
+def _pair(low: float | None, high: float | None) -> tuple[float, float] | None:
+    return (low, high) if low is not None and high is not None else None
 
 
 class Store:
@@ -128,15 +128,15 @@ class Store:
                                       summary=dict(summary)))
             return row.id
 
-    def sample(self, sample_id: int) -> dict[str, Any]:
+    def sample(self, sample_id: int) -> SampleRecord:
         with self._read() as s:
             row = s.get(TrafficSampleRow, sample_id)
             if row is None:
                 raise StoreError(f"no traffic sample with id {sample_id}")
             workloads = s.scalars(select(WorkloadRow).where(WorkloadRow.sample_id == row.id))
-            return {"id": row.id, "path": row.path, "sha256": row.sha256,
-                    "size_bytes": row.size_bytes, "requests": row.requests,
-                    "workloads": {w.name: w.summary for w in workloads}}
+            return SampleRecord(id=row.id, path=row.path, sha256=row.sha256,
+                                size_bytes=row.size_bytes, requests=row.requests,
+                                workloads={w.name: w.summary for w in workloads})
 
     # ---- runs ----------------------------------------------------------------------------
     def create_run(self, *, backend: str, policy_name: str, policy_sha256: str,
@@ -169,8 +169,8 @@ class Store:
             values["finished_at"] = None if status == "running" else utcnow()
             s.execute(update(RunRow).where(RunRow.id == run_id).values(**values))
 
-    def runs(self, limit: int | None = None) -> list[dict[str, Any]]:
-        """Runs, newest first, in the DESIGN §4 JSON shape."""
+    def runs(self, limit: int | None = None) -> list[RunRecord]:
+        """Runs, newest first."""
         with self._read() as s:
             q = (select(RunRow, TrafficSampleRow)
                  .join(TrafficSampleRow, RunRow.sample_id == TrafficSampleRow.id)
@@ -179,7 +179,7 @@ class Store:
                 q = q.limit(limit)
             return [self._run_view(run, sample) for run, sample in s.execute(q).all()]
 
-    def run(self, run_id: str) -> dict[str, Any]:
+    def run(self, run_id: str) -> RunRecord:
         with self._read() as s:
             run = s.get(RunRow, run_id)
             if run is None:
@@ -189,19 +189,13 @@ class Store:
             return self._run_view(run, sample)
 
     @staticmethod
-    def _run_view(run: RunRow, sample: TrafficSampleRow) -> dict[str, Any]:
-        return {
-            "run": run.id,
-            "status": run.status,
-            "backend": run.backend,
-            "policy": {"name": run.policy_name, "sha256": run.policy_sha256},
-            "traffic": {"path": sample.path, "sha256": sample.sha256,
-                        "requests": sample.requests, "sample_id": sample.id},
-            "seed": run.seed,
-            "started_at": _iso(run.started_at),
-            "finished_at": _iso(run.finished_at),
-            "error": run.error,
-        }
+    def _run_view(run: RunRow, sample: TrafficSampleRow) -> RunRecord:
+        return RunRecord(id=run.id, status=run.status, backend=run.backend,
+                         policy_name=run.policy_name, policy_sha256=run.policy_sha256,
+                         sample_id=sample.id, sample_path=sample.path,
+                         sample_sha256=sample.sha256, sample_requests=sample.requests,
+                         seed=run.seed, started_at=run.started_at,
+                         finished_at=run.finished_at, error=run.error)
 
     # ---- trials --------------------------------------------------------------------------
     def record_trial(self, *, run_id: str, workload: str, number: int, state: str,
@@ -240,8 +234,8 @@ class Store:
             return row.id
 
     def trials(self, run_id: str | None = None, workload: str | None = None,
-               *, with_requests: bool = False) -> list[dict[str, Any]]:
-        """Trials in the DESIGN §4 JSON shape, oldest first."""
+               *, with_requests: bool = False) -> list[TrialRecord]:
+        """Trials, oldest first (by run, workload and number)."""
         with self._read() as s:
             q = select(TrialRow).order_by(TrialRow.run_id, TrialRow.workload, TrialRow.number)
             if run_id:
@@ -252,37 +246,23 @@ class Store:
                 q = q.options(defer(TrialRow.per_request))
             return [self._trial_view(t, with_requests) for t in s.scalars(q)]
 
-    def trial(self, trial_id: int, *, with_requests: bool = True) -> dict[str, Any] | None:
+    def trial(self, trial_id: int, *, with_requests: bool = True) -> TrialRecord | None:
         """One trial by its id (with its per-request measurements), or None."""
         with self._read() as s:
             row = s.get(TrialRow, trial_id)
             return self._trial_view(row, with_requests) if row is not None else None
 
     @staticmethod
-    def _trial_view(t: TrialRow, with_requests: bool) -> dict[str, Any]:
-        view = {
-            "run": t.run_id,
-            "workload": t.workload,
-            "number": t.number,
-            "state": t.state,
-            "baseline": t.is_baseline,
-            "params": t.params,
-            "replica": t.replica,
-            "node": t.node,
-            "value": t.value,
-            "feasible": t.feasible,
-            "metrics": t.metrics,
-            "acceptance_rate": t.acceptance_rate,
-            "error": t.error,
-            "attempts": t.attempts,
-            "id": t.id,
-        }
-        if with_requests:
-            view["per_request"] = t.per_request
-        return view
+    def _trial_view(t: TrialRow, with_requests: bool) -> TrialRecord:
+        return TrialRecord(id=t.id, run=t.run_id, workload=t.workload, number=t.number,
+                           state=t.state, baseline=t.is_baseline, params=t.params or {},
+                           replica=t.replica, node=t.node, value=t.value, feasible=t.feasible,
+                           metrics=t.metrics or {}, acceptance_rate=t.acceptance_rate,
+                           error=t.error, attempts=t.attempts,
+                           per_request=(t.per_request or {}) if with_requests else None)
 
     # ---- recommendations -----------------------------------------------------------------
-    def add_recommendation(self, *, workload: str, config: Mapping[str, Any],
+    def add_recommendation(self, *, workload: str, config: TrialConfig,
                            speculative_config: Mapping[str, Any] | None,
                            serve: Mapping[str, Any], objective: str, value: float,
                            baseline_value: float | None, run_id: str, trial_id: int | None,
@@ -291,7 +271,7 @@ class Store:
                            promote: bool, reason: str, gain: float | None = None,
                            gain_ci: tuple[float, float] | None = None,
                            compared_with: int | None = None,
-                           check_active: bool = False) -> dict[str, Any]:
+                           check_active: bool = False) -> RecommendationRecord:
         """Add a recommendation; with ``promote`` it becomes active and the old one retires.
 
         ``gain``/``gain_ci`` are the relative improvement over recommendation ``compared_with``
@@ -317,7 +297,7 @@ class Store:
                           f"#{active_id} while this run decided (compared with "
                           f"#{compared_with})")
             row = RecommendationRow(
-                workload=workload, status="candidate", config=dict(config),
+                workload=workload, status="candidate", config=config.as_dict(),
                 speculative_config=dict(speculative_config) if speculative_config else None,
                 serve=dict(serve), objective=objective, value=value,
                 value_ci_low=value_ci[0] if value_ci else None,
@@ -340,7 +320,7 @@ class Store:
                 s.refresh(row)
             return self._rec_view(row)
 
-    def active_recommendation(self, workload: str) -> dict[str, Any] | None:
+    def active_recommendation(self, workload: str) -> RecommendationRecord | None:
         with self._read() as s:
             row = s.scalar(select(RecommendationRow)
                            .where(RecommendationRow.workload == workload,
@@ -348,7 +328,7 @@ class Store:
                            .order_by(RecommendationRow.id.desc()).limit(1))
             return self._rec_view(row) if row else None
 
-    def recommendation(self, rec_id: int) -> dict[str, Any]:
+    def recommendation(self, rec_id: int) -> RecommendationRecord:
         with self._read() as s:
             row = s.get(RecommendationRow, rec_id)
             if row is None:
@@ -357,7 +337,7 @@ class Store:
             return self._rec_view(row)
 
     def recommendations(self, workload: str | None = None, *, history: bool = False,
-                        run_id: str | None = None) -> list[dict[str, Any]]:
+                        run_id: str | None = None) -> list[RecommendationRecord]:
         """Active recommendations (all of them, newest first, with ``history``)."""
         with self._read() as s:
             q = select(RecommendationRow).order_by(RecommendationRow.workload,
@@ -371,65 +351,41 @@ class Store:
             return [self._rec_view(r) for r in s.scalars(q)]
 
     @staticmethod
-    def _rec_view(r: RecommendationRow) -> dict[str, Any]:
-        """DESIGN §4's recommendation: the decision, its statistics and its provenance."""
-        p = r.provenance or {}
-        return {
-            "id": r.id,
-            "workload": r.workload,
-            "status": r.status,
-            "config": r.config,
-            "speculative_config": r.speculative_config,
-            "serve": r.serve,
-            "objective": r.objective,
-            "value": r.value,
-            "value_ci": _pair(r.value_ci_low, r.value_ci_high),
-            "baseline_value": r.baseline_value,
-            "speedup_vs_baseline": r.speedup_vs_baseline,
-            "gain": r.gain,
-            "gain_ci": _pair(r.gain_ci_low, r.gain_ci_high),
-            "compared_with": r.compared_with_id,
-            "run": r.run_id,
-            "trial_id": r.trial_id,
-            "backend": r.backend,
-            "model": p.get("model") or (r.serve or {}).get("model"),
-            "draft_model": p.get("draft_model", (r.serve or {}).get("draft_model")),
-            "vllm_version": p.get("vllm_version"),
-            "hardware": p.get("hardware"),
-            "profile": p.get("profile"),
-            "traffic": p.get("traffic"),
-            "policy": p.get("policy"),
-            "acceptance": p.get("acceptance"),
-            "provenance": p,
-            "reason": r.reason,
-            "created_at": _iso(r.created_at),
-            "promoted_at": _iso(r.promoted_at),
-            "retired_at": _iso(r.retired_at),
-            "retired_by": r.retired_by_id,
-        }
+    def _rec_view(r: RecommendationRow) -> RecommendationRecord:
+        return RecommendationRecord(
+            id=r.id, workload=r.workload, status=r.status,
+            config=r.config or {},
+            speculative_config=r.speculative_config, serve=r.serve or {},
+            objective=r.objective, value=r.value, value_ci=_pair(r.value_ci_low, r.value_ci_high),
+            baseline_value=r.baseline_value, speedup_vs_baseline=r.speedup_vs_baseline,
+            gain=r.gain, gain_ci=_pair(r.gain_ci_low, r.gain_ci_high),
+            compared_with=r.compared_with_id, run=r.run_id, trial_id=r.trial_id,
+            backend=r.backend, provenance=r.provenance or {}, reason=r.reason or "",
+            created_at=r.created_at, promoted_at=r.promoted_at, retired_at=r.retired_at,
+            retired_by=r.retired_by_id)
 
     # ---- calibrations --------------------------------------------------------------------
     def record_calibration(self, *, workload: str, run_id: str | None, method: str,
                            params: Mapping[str, Any], ece_before: float | None,
                            ece_after: float | None) -> int:
         with self.session() as s:
-            row = Calibration(workload=workload, run_id=run_id, method=method,
+            row = CalibrationRow(workload=workload, run_id=run_id, method=method,
                               params=dict(params), ece_before=ece_before, ece_after=ece_after)
             s.add(row)
             s.flush()
             return row.id
 
     def calibrations(self, run_id: str | None = None,
-                     workload: str | None = None) -> list[dict[str, Any]]:
+                     workload: str | None = None) -> list[CalibrationRecord]:
         """Stored acceptance-head calibrations (method, ECE before and held-out ECE after),
         newest first."""
         with self._read() as s:
-            q = select(Calibration).order_by(Calibration.id.desc())
+            q = select(CalibrationRow).order_by(CalibrationRow.id.desc())
             if run_id:
-                q = q.where(Calibration.run_id == run_id)
+                q = q.where(CalibrationRow.run_id == run_id)
             if workload:
-                q = q.where(Calibration.workload == workload)
-            return [{"workload": c.workload, "run": c.run_id, "method": c.method,
-                     "params": dict(c.params or {}), "ece_before": c.ece_before,
-                     "ece_after": c.ece_after, "created_at": _iso(c.created_at)}
+                q = q.where(CalibrationRow.workload == workload)
+            return [CalibrationRecord(workload=c.workload, run=c.run_id, method=c.method,
+                                      params=dict(c.params or {}), ece_before=c.ece_before,
+                                      ece_after=c.ece_after, created_at=c.created_at)
                     for c in s.scalars(q)]

@@ -64,7 +64,7 @@ def read(db: str, what: str) -> list[dict[str, Any]]:
     except Exception:
         return []
     try:
-        return list(getattr(store, what)())
+        return [r.to_json() for r in getattr(store, what)()]
     finally:
         store.close()
 
@@ -98,7 +98,7 @@ def test_daemon_retunes_on_change_skips_undrifted_and_stops_on_sigterm(
         wait_for("the change-triggered pass", lambda: len(finished_runs(db)) == 2)
         second = finished_runs(db)[0]["run"]
         store = Store.open(db)
-        tuned = {t["workload"] for t in store.trials(second)}
+        tuned = {t.workload for t in store.trials(second)}
         assert tuned == {"code"}
         err = (tmp_path / "err.log").read_text()
         assert "math: skipped, not drifted" in err
@@ -127,14 +127,14 @@ def test_sigkill_then_restart_resumes_the_same_run(tmp_path: Path, small_sample:
         proc.wait(timeout=30)
     before = {(t["workload"], t["number"]): t for t in finished_trials(db)}
     store = Store.open(db)
-    (killed,) = store.runs()
+    (killed,) = (r.to_json() for r in store.runs())
     assert killed["status"] == "running"
 
     again = autotune(*args, cwd=tmp_path)
     assert again.wait(timeout=300) == 0, (tmp_path / "err.log").read_text()
-    (run,) = store.runs()
+    (run,) = (r.to_json() for r in store.runs())
     assert run["run"] == killed["run"] and run["status"] == "finished"
-    trials = store.trials(run["run"])
+    trials = [t.to_json() for t in store.trials(run["run"])]
     keys = [(t["workload"], t["number"]) for t in trials]
     assert len(keys) == len(set(keys)) == 2 * 5
     for key, old in before.items():
@@ -163,6 +163,6 @@ def test_sigterm_mid_pass_on_a_ray_pool_exits_0_and_marks_the_run_interrupted(
             proc.kill()
     store = Store.open(db)
     (run,) = store.runs()
-    assert run["status"] == "interrupted"
+    assert run.status == "interrupted"
     assert json.loads((tmp_path / "st.json").read_text())["status"] == "stopped"
-    assert any(t["replica"] and t["replica"].startswith("ray-") for t in store.trials())
+    assert any(t.replica and t.replica.startswith("ray-") for t in store.trials())

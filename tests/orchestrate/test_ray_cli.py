@@ -75,5 +75,5 @@ def test_once_with_two_replicas_leaves_no_ray_process(small_sample: Path, tmp_pa
         os.kill(pid, signal.SIGKILL)
     assert not left, f"Ray processes outlived `autotune start --once`: {left}"
     trials = Store.open(db).trials()
-    assert trials and all(t["state"] == "complete" for t in trials)
-    assert {t["replica"] for t in trials} == {"ray-0", "ray-1"}
+    assert trials and all(t.state == "complete" for t in trials)
+    assert {t.replica for t in trials} == {"ray-0", "ray-1"}

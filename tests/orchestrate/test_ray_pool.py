@@ -89,9 +89,9 @@ def test_two_sim_replicas_share_one_run(ray_cluster: Any, small_sample: Path,
     assert result.status == "finished"
     trials = store.trials(result.run_id)
     assert len(trials) == 4
-    assert all(t["state"] == "complete" for t in trials)
-    assert {t["replica"] for t in trials} == {"ray-0", "ray-1"}
-    assert all(t["node"] for t in trials)
+    assert all(t.state == "complete" for t in trials)
+    assert {t.replica for t in trials} == {"ray-0", "ray-1"}
+    assert all(t.node for t in trials)
     assert ray_cluster.is_initialized()
 
 
@@ -142,16 +142,16 @@ def test_killed_replica_trial_is_retried_and_run_completes(
     assert result.status == "finished"
     trials = store.trials(result.run_id)
     for t in trials:
-        print(f"trial {t['workload']}#{t['number']}: {t['state']} on {t['replica']} "
-              f"({t['node']}), attempts {t['attempts']}")
-    print(f"run {result.run_id}: {store.run(result.run_id)['status']}")
-    assert len(trials) == 4 and all(t["state"] == "complete" for t in trials)
+        print(f"trial {t.workload}#{t.number}: {t.state} on {t.replica} "
+              f"({t.node}), attempts {t.attempts}")
+    print(f"run {result.run_id}: {store.run(result.run_id).status}")
+    assert len(trials) == 4 and all(t.state == "complete" for t in trials)
     assert reporter.errors == [None] * 4
     killed = reporter.killed
-    retried = [t for t in trials if ("code", t["number"]) == killed["key"]]
-    assert len(retried) == 1 and retried[0]["attempts"] == 2
-    assert retried[0]["replica"] != killed["replica"]  # ran again on another replica
-    assert all(t["attempts"] == 1 for t in trials if t not in retried)
+    retried = [t for t in trials if ("code", t.number) == killed["key"]]
+    assert len(retried) == 1 and retried[0].attempts == 2
+    assert retried[0].replica != killed["replica"]  # ran again on another replica
+    assert all(t.attempts == 1 for t in trials if t not in retried)
     messages = " ".join(r.getMessage() for r in caplog.records)
     assert f"replica {killed['replica']} on" in messages and "died during trial" in messages
     assert "restarted as" in messages  # the dead replica was replaced, not lost

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.store import Store
+from autotune.types import TrialConfig
 
 ITL_SLO_MS = 40.0
 TTFT_SLO_MS = 3000.0
@@ -102,7 +103,7 @@ def fill_run(store: Store, *, sample_path: str = "examples/sample.jsonl",
         n = params["num_speculative_tokens"]
         predicted = [min(1.0, (c + 0.05) ** k) for k in range(1, n + 1)]  # overconfident head
         store.add_recommendation(
-            workload=w, config=params,
+            workload=w, config=TrialConfig.from_dict(params),
             speculative_config={"method": "dspark", "model": "novita/kimi-k2.6-dspark",
                                 "num_speculative_tokens": params["num_speculative_tokens"]},
             serve={"model": "moonshotai/Kimi-K2.6"}, objective="goodput", value=m["goodput"],

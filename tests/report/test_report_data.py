@@ -51,7 +51,7 @@ def test_pareto_front_ignores_failed_and_unmeasured_trials() -> None:
 
 def test_loads_the_newest_finished_run_with_every_trial(filled: FilledRun) -> None:
     data = load_report_data(filled.store)
-    assert data.run["run"] == filled.run_id
+    assert data.run.id == filled.run_id
     assert data.objective == "goodput"
     assert [w.name for w in data.workloads] == sorted(filled.trials)
     for w in data.workloads:
@@ -117,13 +117,13 @@ def test_run_selection(tmp_path: Path) -> None:
     running = fill_run(store, sha="2" * 64, status="running")
     with pytest.raises(StoreError, match="no run 'nope'"):
         load_report_data(store, "nope")
-    assert load_report_data(store).run["run"] == old.run_id  # the running one is skipped
-    assert load_report_data(store, running.run_id).run["status"] == "running"
+    assert load_report_data(store).run.id == old.run_id  # the running one is skipped
+    assert load_report_data(store, running.run_id).run.status == "running"
     newer = fill_run(store, sha="3" * 64, workloads={"rag": 0.6})
     data = load_report_data(store)
-    assert data.run["run"] == newer.run_id
+    assert data.run.id == newer.run_id
     assert [w.name for w in data.workloads] == ["rag"]  # only this run's trials and recs
-    assert [r["workload"] for r in data.recommendations] == ["rag"]
+    assert [r.workload for r in data.recommendations] == ["rag"]
 
 
 def test_each_workload_shows_its_runs_newest_calibration_fit(filled: FilledRun) -> None:
@@ -138,13 +138,13 @@ def test_each_workload_shows_its_runs_newest_calibration_fit(filled: FilledRun) 
                              params={}, ece_before=0.0312, ece_after=0.0033)
     store.record_calibration(workload=names[1], run_id=other, method="temperature",
                              params={}, ece_before=0.9, ece_after=0.8)
-    assert [c["method"] for c in store.calibrations(run_id=filled.run_id)] == \
+    assert [c.method for c in store.calibrations(run_id=filled.run_id)] == \
         ["isotonic", "temperature"]
     data = load_report_data(store, filled.run_id)
     fits = {w.name: w.fit for w in data.workloads}
     first = fits[names[0]]
     assert first is not None
-    assert (first["method"], first["ece_before"], first["ece_after"]) == \
+    assert (first.method, first.ece_before, first.ece_after) == \
         ("isotonic", 0.0312, 0.0033)
     assert fits[names[1]] is None
     caption = calibration_chart(data).caption

@@ -30,7 +30,7 @@ def test_report_of_a_real_sim_pass(small_sample: Path, tmp_path: Path) -> None:
                   store, pool_factory=serial)
 
     data = load_report_data(store)
-    assert data.run["run"] == result.run_id
+    assert data.run.id == result.run_id
     assert data.objective == policy.objective.maximize
     assert sorted(w.name for w in data.workloads) == sorted(r.workload for r in result.workloads)
     for w in data.workloads:

@@ -36,10 +36,11 @@ def test_recommendation_table_shows_config_and_provenance(filled: FilledRun,
                                                          tmp_path: Path) -> None:
     html = render_report(load_report_data(filled.store))
     for rec in filled.store.recommendations(run_id=filled.run_id):
-        spec = json.dumps(rec["speculative_config"], sort_keys=True).replace('"', "&quot;")
+        spec = json.dumps(dict(rec.speculative_config or {}),
+                          sort_keys=True).replace('"', "&quot;")
         assert f"--speculative-config '{spec}'" in html
-        assert rec["provenance"]["traffic"]["sha256"] in html
-        assert f"{rec['speedup_vs_baseline']:.3g}x" in html
+        assert rec.provenance["traffic"]["sha256"] in html
+        assert f"{rec.speedup_vs_baseline:.3g}x" in html
     assert filled.run_id in html and "kimi-k2.6-default" in html
 
 

@@ -11,8 +11,8 @@ import pytest
 from autotune.objective import Outcome
 from autotune.policy import Policy, policy_from_mapping
 from autotune.predict import Observation, Prediction
-from autotune.search import Searcher
-from autotune.search.guided import Guide, make_guide
+from autotune.search import Searcher, open_search
+from autotune.search.guided import Guide, GuidedStrategy, make_guide
 from autotune.types import AcceptanceCounts, Request, TrialConfig
 
 BASELINE = TrialConfig(7, False, 1024, 8192)
@@ -139,8 +139,8 @@ def drive(s: Searcher, value: Any) -> list[tuple[TrialConfig, bool]]:
 def test_searcher_asks_the_guide_after_the_baseline_and_stops_with_it(tmp_path: Path) -> None:
     policy = make_policy(budget={"trials": 30})
     g = make_guide(requests(), policy.space.configs(), policy)
-    s = Searcher(policy=policy, run_id="r", workload="w", storage_url=f"sqlite:///{tmp_path}/o.db",
-                 seed=1, guide=g)
+    s = open_search(policy, "r", "w", f"sqlite:///{tmp_path}/o.db", seed=1,
+                    strategy=GuidedStrategy(g))
     predicted = {c: p.value for c, p in g.predictor.predict().items()}
     seen = drive(s, lambda c: predicted.get(c, 1.0))
     assert seen[0] == (BASELINE, True)
@@ -152,9 +152,12 @@ def test_searcher_asks_the_guide_after_the_baseline_and_stops_with_it(tmp_path: 
     assert configs[1:] == picks
 
 
-def test_guided_without_a_guide_falls_back_to_tpe(tmp_path: Path) -> None:
+def test_guided_without_requests_falls_back_to_tpe_and_says_so(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     policy = make_policy(budget={"trials": 5})
-    s = Searcher(policy=policy, run_id="r", workload="w", storage_url=f"sqlite:///{tmp_path}/o.db")
+    s = open_search(policy, "r", "w", f"sqlite:///{tmp_path}/o.db")
+    assert s.strategy.kind == "tpe"
+    assert "TPE searches instead" in caplog.text
     seen = drive(s, lambda c: float(c.num_speculative_tokens))
     assert len(seen) == 5 and seen[0][1]
 
@@ -180,8 +183,8 @@ def test_guided_finds_a_near_best_config_on_the_simulator(tmp_path: Path) -> Non
         return out, m
 
     g = make_guide(reqs, policy.space.configs(), policy)
-    s = Searcher(policy=policy, run_id="r", workload="w", storage_url=f"sqlite:///{tmp_path}/o.db",
-                 seed=0, guide=g)
+    s = open_search(policy, "r", "w", f"sqlite:///{tmp_path}/o.db", seed=0,
+                    strategy=GuidedStrategy(g))
     while (sug := s.ask()) is not None:
         out, m = measure(sug.config)
         s.tell(sug, out, m)

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from autotune.store import Store
+from autotune.types import TrialConfig
 
 #: Reads each reader must complete while the writer writes.
 READS_DURING_WRITES = 4
@@ -99,8 +100,7 @@ def _recommend(store: Store, rid: str, i: int) -> None:
     k = i % 7 + 1
     store.add_recommendation(
         workload="code",
-        config={"num_speculative_tokens": k, "enable_adaptive_verification": False,
-                "max_num_seqs": i, "max_num_batched_tokens": 8192},
+        config=TrialConfig(k, False, i, 8192),
         speculative_config={"method": "dspark", "model": "d", "num_speculative_tokens": k},
         serve={"model": "m"}, objective="goodput", value=i + 0.5, baseline_value=1.0,
         run_id=rid, trial_id=None, backend="sim", provenance={}, promote=True,

@@ -63,14 +63,14 @@ def test_v0001_fixture_upgrades_to_head_without_losing_rows(tmp_path: Path) -> N
         assert raw.execute("SELECT version_num FROM alembic_version").fetchall() != [(HEAD,)]
 
     store = Store.open(f"sqlite:///{db}")
-    hist = store.recommendations("code", history=True)
+    hist = [r.to_json() for r in store.recommendations("code", history=True)]
     by_status = {r["status"]: r for r in hist}
     assert sorted(by_status) == ["active", "candidate", "retired"]
     assert by_status["retired"]["retired_by"] == by_status["active"]["id"]
     assert by_status["active"]["promoted_at"] == by_status["active"]["created_at"]
     assert by_status["candidate"]["promoted_at"] is None
     trial = store.trial(by_status["active"]["trial_id"])
-    assert trial is not None and len(trial["per_request"]["ttft_s"]) == 4
+    assert trial is not None and len((trial.per_request or {})["ttft_s"]) == 4
     # The collision with Optuna's `trials` is gone: a study works in the upgraded file.
     assert _optuna_round_trip(store.optuna_url) == 3
     assert len(store.trials()) == 5
@@ -104,8 +104,8 @@ def test_upgrade_from_revision_0001_keeps_rows(db_url: str) -> None:
 
     store = Store.open(db_url)
     (trial,) = store.trials("r1")
-    assert trial["id"] == 7 and trial["params"] == {"num_speculative_tokens": 3}
-    hist = store.recommendations("code", history=True)
+    assert trial.id == 7 and trial.params == {"num_speculative_tokens": 3}
+    hist = [r.to_json() for r in store.recommendations("code", history=True)]
     # Two actives (a race 0001 allowed) become one: the newest stays active.
     assert [(r["id"], r["status"], r["retired_by"]) for r in hist] == [
         (3, "active", None), (2, "retired", 3), (1, "retired", 2)]

@@ -38,8 +38,8 @@ def one_pass(store: Store, sample: Path, tmp_path: Path, pol: Policy) -> dict[st
                               export_dir=tmp_path / "exports", resume=False, replicas=1), store)
     (w,) = result.workloads
     assert w.recommendation is not None
-    assert w.promoted == (w.recommendation["status"] == "active")
-    return w.recommendation
+    assert w.promoted == (w.recommendation.status == "active")
+    return w.recommendation.to_json()  # checked in the JSON form the CLI prints
 
 
 def test_recommendations_promote_only_significant_gains(db_url: str, small_sample: Path,
@@ -70,12 +70,13 @@ def test_recommendations_promote_only_significant_gains(db_url: str, small_sampl
     assert again["gain"] == pytest.approx(0.0, abs=1e-9)
     assert again["gain_ci"][0] < 0 < again["gain_ci"][1]
     assert "not significant" in again["reason"]
-    assert store.active_recommendation("chat")["id"] == first["id"]  # type: ignore[index]
+    active = store.active_recommendation("chat")
+    assert active is not None and active.id == first["id"]
 
     faster = one_pass(store, small_sample, tmp_path, policy(5, 8))
     assert faster["status"] == "active" and "significant, promoted" in faster["reason"]
     assert faster["gain_ci"][0] > 0 and faster["compared_with"] == first["id"]
-    retired = store.recommendation(first["id"])
+    retired = store.recommendation(first["id"]).to_json()
     assert retired["status"] == "retired" and retired["retired_by"] == faster["id"]
 
     result = CliRunner().invoke(cli, ["recommendations", "--workload", "chat", "--history",
@@ -87,7 +88,8 @@ def test_recommendations_promote_only_significant_gains(db_url: str, small_sampl
     table = CliRunner().invoke(cli, ["recommendations", "--workload", "chat", "--history",
                                      "--db", db_url])
     assert table.exit_code == 0 and "retired (UTC)" in table.stdout
-    rows = {row[0]: dict(zip(LINEAGE_COLUMNS, row, strict=True)) for row in lineage_rows(hist)}
+    rows = {row[0]: dict(zip(LINEAGE_COLUMNS, row, strict=True))
+            for row in lineage_rows(store.recommendations("chat", history=True))}
     assert rows[str(first["id"])]["retired (UTC)"].endswith(f"by #{faster['id']}")
     assert rows[str(again["id"])]["gain (95% CI)"].endswith(f"vs #{first['id']}")
 
@@ -106,7 +108,7 @@ def test_the_active_config_is_re_measured_on_the_new_traffic(db_url: str, small_
     first = one_pass(store, small_sample, tmp_path, policy(1, 1))
     faster = one_pass(store, small_sample, tmp_path, policy(5, 8, trials=2))
     trials = store.trials(faster["run"], "chat")
-    again = [t for t in trials if (t["metrics"] or {}).get("role") == "incumbent"]
+    again = [t for t in trials if t.metrics.get("role") == "incumbent"]
     assert len(again) == 1
-    assert again[0]["params"] == first["config"] and again[0]["state"] == "complete"
+    assert again[0].params == first["config"] and again[0].state == "complete"
     assert faster["compared_with"] == first["id"] and faster["status"] == "active"

@@ -15,6 +15,7 @@ import pytest
 from vllm_helpers import require_vllm
 
 from autotune import export
+from autotune.store import RecommendationRecord
 from autotune.types import SPECULATIVE_CONFIG_KEYS, ServeSpec, TrialConfig
 
 pytestmark = pytest.mark.vllm
@@ -64,7 +65,12 @@ def test_trial_speculative_configs_validate(vllm_fields: dict[str, dataclasses.F
 
 def test_exported_configs_validate(vllm_fields: dict[str, dataclasses.Field[Any]]) -> None:
     spec = SERVES[0].speculative_config(TrialConfig(5, True, 64, 8192))
-    rec = {"workload": "code", "speculative_config": spec}
+    rec = RecommendationRecord(
+        id=1, workload="code", status="active", config=TrialConfig(5, True, 64, 8192).as_dict(),
+        speculative_config=spec, serve={"model": "m"}, objective="goodput", value=1.0,
+        value_ci=None, baseline_value=None, speedup_vs_baseline=None, gain=None, gain_ci=None,
+        compared_with=None, run="r", trial_id=None, backend="vllm", provenance={}, reason="",
+        created_at=None, promoted_at=None, retired_at=None, retired_by=None)
     exported = export.speculative_config(rec)
     assert exported is not None
     _validate(vllm_fields, exported)

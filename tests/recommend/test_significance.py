@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from autotune.errors import SearchError
-from autotune.search.significance import (
+from autotune.recommend.significance import (
     compare_rates,
     decide,
     rate_interval,

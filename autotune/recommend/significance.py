@@ -35,8 +35,8 @@ from autotune.types import FloatArray, Slo
 __all__ = [
     "CONFIDENCE",
     "Comparison",
-    "Decision",
     "Interval",
+    "PromotionDecision",
     "RequestRates",
     "compare_rates",
     "decide",
@@ -212,7 +212,7 @@ def compare_rates(new: RequestRates, old: RequestRates, *, confidence: float = C
 
 
 @dataclass(frozen=True)
-class Decision:
+class PromotionDecision:
     """Whether a new result becomes the active recommendation, and why (for people)."""
 
     promote: bool
@@ -231,14 +231,15 @@ class Decision:
 
 
 def _violations(constraints: Mapping[str, float]) -> str:
-    over = [f"{name} {value:+.0f} ms" for name, value in constraints.items() if value > 0]
+    over = [(f"{value:.0f} failed request(s)" if name == "failed_requests" else
+             f"{name} {value:+.0f} ms") for name, value in constraints.items() if value > 0]
     return ", ".join(over) if over else "no latency sample"
 
 
 def decide(*, objective: str, feasible: bool, constraints: Mapping[str, float],
            new: RequestRates | None, active_id: int | None,
            active: RequestRates | None, confidence: float = CONFIDENCE,
-           n_resamples: int = N_RESAMPLES, seed: int = 0) -> Decision:
+           n_resamples: int = N_RESAMPLES, seed: int = 0) -> PromotionDecision:
     """Promote a new result over the active recommendation ``active_id``, or say why not.
 
     Promoted only when it meets the SLOs (``feasible``) and, if a recommendation is active,
@@ -248,32 +249,32 @@ def decide(*, objective: str, feasible: bool, constraints: Mapping[str, float],
     interval = rate_interval(new, confidence=confidence, n_resamples=n_resamples,
                              seed=seed) if new is not None else None
     value_ci = interval.as_tuple() if interval else None
+
+    def verdict(promote: bool, reason: str, cmp: Comparison | None = None,
+                against: int | None = active_id) -> PromotionDecision:
+        return PromotionDecision(promote, reason, value_ci, cmp, against)
+
     if not feasible:
-        return Decision(False, f"misses the SLOs ({_violations(constraints)} over the bound); "
-                        "kept as a candidate", value_ci, None, active_id)
+        return verdict(False, f"misses the SLOs ({_violations(constraints)} over the bound); "
+                       "kept as a candidate")
     if active_id is None:
-        return Decision(True, "first recommendation for this workload that meets the SLOs",
-                        value_ci)
+        return verdict(True, "first recommendation for this workload that meets the SLOs")
     other = f"active #{active_id}"
     if new is None or active is None:
         which = "this trial" if new is None else f"#{active_id}'s trial"
-        return Decision(False, f"cannot test the gain over {other}: {which} has no "
-                        f"per-request measurements; #{active_id} stays active", value_ci, None,
-                        active_id)
+        return verdict(False, f"cannot test the gain over {other}: {which} has no "
+                       f"per-request measurements; #{active_id} stays active")
     cmp = compare_rates(new, active, confidence=confidence, n_resamples=n_resamples, seed=seed)
     if cmp is None:
         if active.value == 0 and new.value > 0 and interval is not None and interval.low > 0:
-            return Decision(True, f"{objective} {new.value:.4g} > 0 where {other} had none "
-                            f"({confidence:.0%} CI {interval.low:.4g} to {interval.high:.4g})",
-                            value_ci, None, active_id)
-        return Decision(False, f"cannot test the gain over {other} (too few requests, or "
-                        f"neither has any {objective}); #{active_id} stays active", value_ci,
-                        None, active_id)
+            return verdict(True, f"{objective} {new.value:.4g} > 0 where {other} had none "
+                           f"({confidence:.0%} CI {interval.low:.4g} to {interval.high:.4g})")
+        return verdict(False, f"cannot test the gain over {other} (too few requests, or "
+                       f"neither has any {objective}); #{active_id} stays active")
     text = cmp.describe(objective, other)
     if cmp.better:
-        return Decision(True, f"{text}: significant, promoted", value_ci, cmp, active_id)
+        return verdict(True, f"{text}: significant, promoted", cmp)
     if cmp.worse:
-        return Decision(False, f"{text}: worse; #{active_id} stays active", value_ci, cmp,
-                        active_id)
-    return Decision(False, f"{text}: the interval includes zero, not significant; "
-                    f"#{active_id} stays active", value_ci, cmp, active_id)
+        return verdict(False, f"{text}: worse; #{active_id} stays active", cmp)
+    return verdict(False, f"{text}: the interval includes zero, not significant; "
+                   f"#{active_id} stays active", cmp)

@@ -1,0 +1,81 @@
+"""Stage 1 of a pass: the sample, validated whole, split into the workloads to tune.
+
+Requests are split by their ``workload`` label (unlabelled ones grouped automatically); with
+``drift_check`` (daemon and nightly passes) a workload whose traffic has not drifted since it
+was last tuned is skipped, with the reason. Nothing is written here: a bad line stops the pass
+before the database sees anything.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from autotune.orchestrate.options import TuneOptions
+from autotune.store import Store
+from autotune.traffic.drift import compare, reference
+from autotune.traffic.load import LoadedSample, load_sample, split_workloads
+from autotune.traffic.summary import summarize
+from autotune.types import Request
+
+__all__ = ["LoadedWorkloads", "load_workloads"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LoadedWorkloads:
+    sample: LoadedSample
+    groups: dict[str, list[Request]]           # the workloads to tune, with their requests
+    summaries: Mapping[str, Mapping[str, Any]]  # every workload's summary and drift reference
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (workload, why)
+
+
+def load_workloads(options: TuneOptions, store: Store) -> LoadedWorkloads:
+    """Load the sample and choose the workloads this pass tunes (see the module doc)."""
+    policy = options.policy
+    sample = load_sample(options.traffic, skip_invalid=options.skip_invalid,
+                         max_acceptance=policy.serve.draft_block_size)
+    groups = split_workloads(sample.requests, seed=options.seed)
+    summaries = {name: {**summarize(reqs, total=False)[0].as_dict(),
+                        "drift_reference": reference(reqs, seed=options.seed)}
+                 for name, reqs in groups.items()}
+    if options.workloads is not None:
+        groups = {k: v for k, v in groups.items() if k in set(options.workloads)}
+    skipped: list[tuple[str, str]] = []
+    if options.drift_check:
+        groups, skipped = _drift_filter(store, groups)
+    return LoadedWorkloads(sample, groups, summaries, skipped)
+
+
+def _drift_filter(store: Store, groups: dict[str, list[Request]]
+                  ) -> tuple[dict[str, list[Request]], list[tuple[str, str]]]:
+    """Workloads to re-tune (drifted first, then new ones) and those skipped, with why.
+
+    A workload is compared with the sample it was last tuned on: the newest finished run that
+    has trials for it (its active recommendation came from that run, or was re-measured there
+    and kept).
+    """
+    drifted: dict[str, list[Request]] = {}
+    new: dict[str, list[Request]] = {}
+    skipped: list[tuple[str, str]] = []
+    finished = [r for r in store.runs() if r.status == "finished"]
+    for name, reqs in groups.items():
+        if store.active_recommendation(name) is None:
+            new[name] = reqs
+            continue
+        last = next((r for r in finished if store.trials(r.id, name)), None)
+        ref = (store.sample(last.sample_id).workloads.get(name, {}).get("drift_reference")
+               if last is not None else None)
+        if not ref:
+            new[name] = reqs
+            continue
+        verdict = compare(name, reqs, ref)
+        if verdict.drifted:
+            drifted[name] = reqs
+            log.info("%s: %s", name, verdict.explain())
+        else:
+            skipped.append((name, verdict.explain()))
+    return {**drifted, **new}, skipped

@@ -1,0 +1,96 @@
+"""A workload's recommendation from its finished search, stored and (when promoted) exported.
+
+:func:`recommend_workload` chooses the best trial (:mod:`autotune.recommend.choose`),
+records its provenance (:mod:`autotune.recommend.provenance`), decides whether it replaces the
+active recommendation (:mod:`autotune.recommend.promotion`), adds it to the store as active or
+candidate, and exports it when promoted. The result says what happened and why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autotune.objective import Outcome
+from autotune.policy import Policy
+from autotune.recommend.choose import Scored, select_best
+from autotune.recommend.promotion import export_promoted, should_promote
+from autotune.recommend.provenance import workload_provenance
+from autotune.store import RecommendationRecord, Store
+from autotune.types import Request, TrialConfig
+
+__all__ = ["WorkloadResult", "WorkloadTrials", "recommend_workload"]
+
+
+@dataclass(frozen=True)
+class WorkloadTrials:
+    """One workload's finished search, as the recommendation step takes it."""
+
+    workload: str
+    requests: Sequence[Request]
+    trials: Sequence[Scored]
+    incumbent: TrialConfig | None = None  # the active config when the run started
+    stop_reason: str = ""
+
+    @property
+    def failed(self) -> int:
+        return sum(t.outcome is None for t in self.trials)
+
+    @property
+    def baseline(self) -> Scored | None:
+        return next((t for t in self.trials if t.is_baseline), None)
+
+
+@dataclass(frozen=True)
+class WorkloadResult:
+    """What a pass concluded for one workload."""
+
+    workload: str
+    trials: int
+    failed: int
+    recommendation: RecommendationRecord | None
+    best: Outcome | None
+    baseline: Outcome | None
+    export_path: Path | None
+    promoted: bool
+    reason: str
+    stop_reason: str = ""
+
+
+def recommend_workload(store: Store, policy: Policy, run_id: str, done: WorkloadTrials,
+                       provenance: Mapping[str, Any], *, backend: str, export_dir: Path,
+                       seed: int) -> WorkloadResult:
+    """Store (and export when promoted) the recommendation of one workload's search."""
+    best = select_best(done.trials)
+    baseline = done.baseline
+    base_outcome = baseline.outcome if baseline else None
+    if best is None or best.outcome is None:
+        return WorkloadResult(done.workload, len(done.trials), done.failed, None, None,
+                              base_outcome, None, False,
+                              f"every trial failed; see `autotune trials --run {run_id}`",
+                              done.stop_reason)
+    active = store.active_recommendation(done.workload)
+    # The active config re-measured in this run, on this traffic, is what the best trial must
+    # beat significantly (a measurement on older traffic is not comparable).
+    remeasured = next((t for t in done.trials if done.incumbent is not None
+                       and t.config == done.incumbent and t.outcome is not None), None)
+    decision = should_promote(store, policy, best.outcome, best.trial_id, active,
+                              remeasured.trial_id if remeasured else None, seed)
+    rec = store.add_recommendation(
+        workload=done.workload, config=best.config,
+        speculative_config=policy.serve.spec().speculative_config(best.config),
+        serve=policy.serve.model_dump(mode="json"), objective=policy.objective.maximize,
+        value=best.outcome.value,
+        baseline_value=base_outcome.value if base_outcome else None,
+        run_id=run_id, trial_id=best.trial_id, backend=backend,
+        provenance=workload_provenance(provenance, policy=policy, requests=done.requests,
+                                       best=best, trials=done.trials),
+        value_ci=decision.value_ci, promote=decision.promote, reason=decision.reason,
+        gain=decision.gain, gain_ci=decision.gain_ci, compared_with=decision.compared_with,
+        check_active=True)
+    promoted = rec.status == "active"
+    export_path = export_promoted(export_dir, rec) if promoted else None
+    return WorkloadResult(done.workload, len(done.trials), done.failed, rec, best.outcome,
+                          base_outcome, export_path, promoted, rec.reason, done.stop_reason)

@@ -1,0 +1,154 @@
+"""One workload's search, driven by ask/tell so any dispatcher can run its trials.
+
+The :class:`Searcher` keeps what every strategy shares: the policy's baseline is measured
+first, as its own trial even when it lies outside the space; the active recommendation's
+config is re-measured right after it (so a new result is compared with it on the same
+traffic); then the strategy (:mod:`autotune.search.strategy`) picks. It keeps the budget, and
+a config measured or in flight is never handed out twice — several asks may be outstanding at
+once when replicas run in parallel. Every trial is kept in the workload's Optuna study
+(:mod:`autotune.search.study`), so a restarted run resumes without repeating one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from autotune.errors import SearchError
+from autotune.objective import Outcome
+from autotune.search.strategy import Strategy, StrategySetup, create_strategy
+from autotune.search.study import TrialStudy, study_name
+from autotune.types import KNOB_NAMES, Measurement, Request, TrialConfig
+
+if TYPE_CHECKING:
+    from autotune.policy import Policy
+
+__all__ = ["PastTrial", "Searcher", "Suggestion", "open_search"]
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """A config to run: our trial ``number`` within the workload, and the study trial it is
+    (None: measured outside the study, like a baseline outside the space)."""
+
+    number: int
+    config: TrialConfig
+    study_trial: int | None
+    is_baseline: bool = False
+    is_incumbent: bool = False
+
+
+@dataclass(frozen=True)
+class PastTrial:
+    """A finished trial loaded back from the store when a run resumes."""
+
+    number: int
+    config: TrialConfig
+    is_baseline: bool
+    outcome: Outcome | None  # None: failed
+
+
+class Searcher:
+    """Ask/tell search over a space for one workload (see the module doc)."""
+
+    def __init__(self, strategy: Strategy, study: TrialStudy, *,
+                 space: Sequence[TrialConfig], baseline: TrialConfig, budget: int,
+                 incumbent: TrialConfig | None = None, past: Iterable[PastTrial] = ()) -> None:
+        if not space:
+            raise SearchError("the policy's space holds no config; check policy.space")
+        self.strategy = strategy
+        self.study = study
+        self.space = frozenset(space)
+        self.baseline = baseline
+        self.budget = budget
+        self.incumbent = incumbent
+        #: why the search stopped (empty while it can still ask)
+        self.stop_reason = ""
+        self._measured: dict[TrialConfig, Outcome | None] = {}
+        self._pending: dict[int, Suggestion] = {}
+        self._next_number = 0
+        self._finished = 0
+        self._baseline_done = False
+        for t in past:
+            self._measured[t.config] = t.outcome
+            self.strategy.observe(t.config, t.outcome, None)
+            self._next_number = max(self._next_number, t.number + 1)
+            self._finished += 1
+            self._baseline_done |= t.is_baseline
+
+    def done(self) -> bool:
+        return bool(self.stop_reason) and not self._pending
+
+    def ask(self) -> Suggestion | None:
+        """The next config to run, or None (for now, while trials run; for good once
+        :attr:`stop_reason` is set)."""
+        if self.stop_reason:
+            return None
+        if self._finished + len(self._pending) >= self.budget:
+            if not self._pending:
+                self.stop_reason = f"budget of {self.budget} trials spent"
+            return None
+        running = {s.config for s in self._pending.values()}
+        if not self._baseline_done and self.baseline not in running:
+            return self._issue(self.baseline, None, is_baseline=True)
+        inc = self.incumbent
+        if inc is not None and inc not in self._measured and inc not in running:
+            return self._issue(inc, None, is_incumbent=True)
+        if not self.space - self._measured.keys() - running:
+            self._stop("every config of the space is measured", running)
+            return None
+        proposal = self.strategy.propose(self._measured, running)
+        config = proposal.config
+        if config is None:
+            self._stop(proposal.reason, running)
+            return None
+        if config in self._measured or config in running or config not in self.space:
+            raise SearchError(f"strategy {self.strategy.kind!r} proposed {config}, which is "
+                              "measured, running or outside the space")
+        trial = proposal.study_trial
+        return self._issue(config, trial if trial is not None else self.study.ask_for(config))
+
+    def tell(self, suggestion: Suggestion, outcome: Outcome | None,
+             measurement: Measurement | None = None) -> None:
+        """Record the outcome of a suggestion (None: the trial failed); the strategy learns
+        from it and from the ``measurement`` behind it."""
+        if self._pending.pop(suggestion.number, None) is None:
+            raise SearchError(f"trial {suggestion.number} was not asked")
+        self._finished += 1
+        self._measured[suggestion.config] = outcome
+        self._baseline_done |= suggestion.is_baseline
+        self.strategy.observe(suggestion.config, outcome, measurement)
+        if suggestion.study_trial is not None:
+            self.study.tell(suggestion.study_trial, outcome)
+        elif suggestion.config in self.space:
+            self.study.record(suggestion.config, outcome)  # measured outside the study
+
+    def _stop(self, reason: str, running: set[TrialConfig]) -> None:
+        """Nothing to run now; for good when nothing runs (a result may change the plan)."""
+        if not running:
+            self.stop_reason = reason
+
+    def _issue(self, config: TrialConfig, study_trial: int | None, *,
+               is_baseline: bool = False, is_incumbent: bool = False) -> Suggestion:
+        s = Suggestion(self._next_number, config, study_trial, is_baseline, is_incumbent)
+        self._next_number += 1
+        self._pending[s.number] = s
+        return s
+
+
+def open_search(policy: Policy, run_id: str, workload: str, storage_url: str, *,
+                seed: int = 0, requests: Sequence[Request] = (),
+                past: Iterable[PastTrial] = (), incumbent: TrialConfig | None = None,
+                strategy: Strategy | None = None) -> Searcher:
+    """The search of ``workload`` in run ``run_id`` under ``policy``: its study opened (or
+    resumed) in ``storage_url`` and the policy's strategy built (or ``strategy``)."""
+    space = policy.space
+    study = TrialStudy(storage_url, study_name(run_id, workload),
+                       {k: space.choices(k) for k in KNOB_NAMES})
+    configs = tuple(space.configs())
+    if strategy is None:
+        strategy = create_strategy(policy.search.strategy, StrategySetup(
+            configs=configs, seed=seed, study=study, policy=policy, requests=requests))
+    return Searcher(strategy, study, space=configs, baseline=policy.baseline.config(),
+                    budget=policy.budget.trials, incumbent=incumbent, past=past)
