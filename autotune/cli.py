@@ -457,10 +457,10 @@ def status(state_file: Path, db: str | None, fmt: str, check: bool) -> None:
       autotune status
       autotune status --check   # HEALTHCHECK: exit 1 when no daemon runs
     """
-    from autotune.daemon import read_state
+    from autotune.daemon import read_daemon_state
     from autotune.ui import print_json, print_status
 
-    state = read_state(state_file)
+    state = read_daemon_state(state_file)
     store = _open_store(db)
     runs = store.runs()
     current = [r for r in runs if r.status == "running"]
@@ -493,8 +493,7 @@ def nightly(traffic_dir: Path, latest: int, db: str | None, **flags: Any) -> Non
     Example (cron, 02:00 daily):
       0 2 * * * autotune nightly --traffic-dir /data/traffic --db $AUTOTUNE_DB_URL
     """
-    from autotune.daemon import nightly as run_nightly
-    from autotune.daemon import stop_signals
+    from autotune.daemon import run_nightly, stop_signals
     from autotune.ui import print_json
 
     options = _tune_options(traffic_dir, **flags)

@@ -35,9 +35,9 @@ __all__ = [
     "DaemonOptions",
     "newest_samples",
     "next_cron",
-    "nightly",
-    "read_state",
+    "read_daemon_state",
     "run_daemon",
+    "run_nightly",
     "stop_signals",
 ]
 
@@ -97,7 +97,7 @@ def _write_state(path: Path, **state: Any) -> None:
         log.warning("cannot write daemon state %s: %s", path, e)
 
 
-def read_state(path: Path) -> dict[str, Any] | None:
+def read_daemon_state(path: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -233,7 +233,7 @@ def newest_samples(directory: Path, count: int = 1) -> list[Path]:
     return sorted(files, key=lambda p: (p.stat().st_mtime, p.name), reverse=True)[:count]
 
 
-def nightly(options: TuneOptions, store: Store, traffic_dir: Path, count: int = 1,
+def run_nightly(options: TuneOptions, store: Store, traffic_dir: Path, count: int = 1,
             reporter: Reporter | None = None) -> dict[str, Any]:
     """One pass over the newest sample(s); only drifted or new workloads are re-tuned."""
     summary: dict[str, Any] = {"status": "finished", "samples": []}

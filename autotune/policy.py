@@ -1,4 +1,4 @@
-"""Tuning policies: the typed, validated form of ``policies/*.yaml`` (DESIGN §4).
+"""Tuning policies: the typed, validated form of ``policies/*.yaml`` (docs/policies.md).
 
 A policy fixes the server (``serve``), says what the search may choose (``space``), what it
 maximises under which SLOs (``objective``), what it compares against (``baseline``), how much it
@@ -274,7 +274,7 @@ class Search(_Model):
 
 
 class Policy(_Model):
-    """A whole tuning policy (DESIGN §4)."""
+    """A whole tuning policy (every key: docs/policies.md)."""
 
     name: str = Field(description="Policy name (shown in provenance).")
     serve: Serve = Field(description="The server every trial starts (fixed, not searched).")

@@ -61,7 +61,7 @@ class Progress(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """One request of a traffic sample (DESIGN §4).
+    """One request of a traffic sample (the README's "The sample format").
 
     ``acceptance`` is the DSpark confidence head's *prediction*: conditional per-position
     acceptance probabilities c_1..c_m, not the truth. ``line`` is the sample line it came from.

@@ -36,8 +36,9 @@ DEFAULT_DATA = Path(os.environ.get("AUTOTUNE_SHARED_DATA", REPO / ".." / "shared
 #: Draft block size of the novita DSpark checkpoints: length of every acceptance list.
 BLOCK = 8
 
-#: novita/kimi-k2.6-dspark offline per-position acceptance (DESIGN §1). These are survival-like
-#: rates s_k (a token counts only if every earlier one was accepted), 7 positions.
+#: novita/kimi-k2.6-dspark offline per-position acceptance (docs/architecture.md, "Facts").
+#: These are survival-like rates s_k (a token counts only if every earlier one was accepted),
+#: 7 positions.
 NOVITA_SURVIVAL = (0.816, 0.720, 0.652, 0.598, 0.553, 0.512, 0.474)
 
 #: Share of requests per workload (seeded draw per trace request).
@@ -45,7 +46,7 @@ WORKLOAD_SHARES = {"chat": 0.5, "code": 0.25, "math": 0.25}
 
 #: Synthetic acceptance profile per workload: a shift of the novita conditional rates on the
 #: logit scale, the spread of a per-request difficulty and the per-position noise. Code and math
-#: are more predictable than open chat (DESIGN §1: the seed benchmarks are code/math).
+#: are more predictable than open chat (the seed benchmarks are code/math; docs/architecture.md).
 PROFILES = {
     "chat": {"shift": -0.55, "request_sd": 0.45, "position_sd": 0.12},
     "code": {"shift": 0.20, "request_sd": 0.40, "position_sd": 0.10},

@@ -1,4 +1,4 @@
-"""Acceptance curves from the DSpark confidence head's per-request predictions (DESIGN §6).
+"""Acceptance curves from the DSpark confidence head's per-request predictions (docs/search.md).
 
 Each request carries conditional probabilities c_1..c_m. Its survival is s_k = c_1·…·c_k and
 its expected tokens per verify step with window n is 1 + Σ_{k≤n} s_k. A workload's curve is the
@@ -41,8 +41,9 @@ __all__ = [
 
 FloatArray = npt.NDArray[np.float64]
 
-#: novita/kimi-k2.6-dspark offline per-position acceptance (survival, positions 1..7; DESIGN
-#: §1). The prior for requests that carry no prediction when no request of the workload does.
+#: novita/kimi-k2.6-dspark offline per-position acceptance (survival, positions 1..7;
+#: docs/architecture.md, "Facts"). The prior for requests that carry no prediction when no
+#: request of the workload does.
 NOVITA_K26_SURVIVAL = (0.816, 0.720, 0.652, 0.598, 0.553, 0.512, 0.474)
 
 _EPS = 1e-6

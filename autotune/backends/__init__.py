@@ -3,7 +3,8 @@
 ``sim`` (the embedded simulator, default) and ``vllm`` (real ``vllm serve`` replicas) register
 here. A backend module is imported only when its kind is asked for, so heavy dependencies stay
 lazy. Adding a backend is one entry in ``_REGISTRY`` pointing at a factory
-``create(serve: ServeSpec, options: Mapping[str, Any], seed: int) -> Backend``.
+``(serve: ServeSpec, options: Mapping[str, Any], seed: int) -> Backend`` (named
+``create_<kind>_backend``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ __all__ = ["Backend", "Replica", "available_backends", "create_backend"]
 #: kind -> "module:factory" (imported lazily).
 _REGISTRY: dict[str, str] = {
     "sim": "autotune.backends.sim:create",
-    "vllm": "autotune.backends.vllm:create",
+    "vllm": "autotune.backends.vllm:create_vllm_backend",
 }
 
 

@@ -1,4 +1,4 @@
-"""The replica backend contract (DESIGN §5).
+"""The replica backend contract (docs/architecture.md, "Replicas").
 
 A :class:`Backend` starts one :class:`Replica` per trial config; the replica replays a schedule
 and returns a :class:`~autotune.types.Measurement`; ``stop`` releases it. The contract:

@@ -1,5 +1,5 @@
 """Where replicas go on a Ray cluster: the shape of one replica, whether N of them fit, and
-placement groups that reserve them (DESIGN §8).
+placement groups that reserve them (docs/ray.md).
 
 A replica is one bundle of resources that must sit on one node: for ``vllm``
 ``{"GPU": serve.gpus_per_replica, "CPU": k}``, for ``sim`` ``{"CPU": k}``. Each replica gets its

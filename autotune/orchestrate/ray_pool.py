@@ -1,5 +1,5 @@
 """The Ray replica pool: one actor per replica, trials in parallel, trials that survive a dead
-replica (DESIGN §8).
+replica (docs/ray.md).
 
 :func:`open_pool` picks the pool for a pass: with one ``sim`` replica and no Ray address it is
 the in-process :class:`~autotune.orchestrate.pool.SerialPool` and Ray is never imported;

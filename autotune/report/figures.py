@@ -145,7 +145,7 @@ def seed_chart() -> Chart:
         fig.update_xaxes(tickvals=[3, 7], range=[2, 8], title_text="draft window", row=1, col=col)
     fig.update_yaxes(title_text="speedup over no speculation", row=1, col=1)
     _layout(fig, 420)
-    return Chart("seed-table", "The seed benchmark: speedup vs window (DESIGN §1)",
+    return Chart("seed-table", "The seed benchmark: speedup vs window (DeepSpec, batch 1)",
                  f"Published batch-1 speedups at windows 3 and 7 ({SEED_SOURCE}). Solid: "
                  "DSpark; dashed: Eagle3-MLA. These are the numbers the simulator's profiles "
                  "are calibrated to; a run's own speedups above are relative to its baseline "

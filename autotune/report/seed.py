@@ -1,9 +1,10 @@
-"""The seed benchmark of DESIGN §1, as data the report can plot next to a run's own numbers.
+"""The seed benchmark (docs/architecture.md, "Facts"), as data the report can plot next to a
+run's own numbers.
 
 Speedup of speculative decoding over plain decoding at batch size 1 (vLLM nightly, greedy,
 TP=8, max_model_len 20000, CUDA graphs on), at draft windows n=3 and n=7. ``average`` is the
 mean over GSM8K, MATH500, AIME, HumanEval, LiveCodeBench and SPEED-Bench Coding.
-Source: deepseek-ai/DeepSpec, arXiv 2607.05147 (the table DESIGN §1 reproduces).
+Source: deepseek-ai/DeepSpec, arXiv 2607.05147 (its batch-1 speedup table).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""SQLAlchemy 2 typed models: the tables autotune keeps (DESIGN §9), at schema head.
+"""SQLAlchemy 2 typed models: the tables autotune keeps (docs/storage.md), at schema head.
 
 autotune_traffic_samples ─< autotune_workloads
 autotune_traffic_samples ─< autotune_runs ─< autotune_trials

@@ -34,7 +34,7 @@ __all__ = [
     "SchemaState",
     "UpgradeResult",
     "ensure_schema",
-    "read_state",
+    "read_schema_state",
     "upgrade",
 ]
 
@@ -62,7 +62,7 @@ class SchemaState:
         return "empty" if self.empty else ("0001 (unstamped)" if self.legacy else "unknown")
 
 
-def read_state(conn: Connection) -> SchemaState:
+def read_schema_state(conn: Connection) -> SchemaState:
     tables = set(inspect(conn).get_table_names())
     revision = None
     if VERSION_TABLE in tables:
@@ -114,7 +114,7 @@ def _migrate(conn: Connection, url: str) -> SchemaState:
     """Under the lock: bring the database to head; returns the state found."""
     from alembic import command
 
-    state = read_state(conn)
+    state = read_schema_state(conn)
     if state.revision == HEAD:
         return state
     if state.revision is not None and state.revision not in _known_revisions():
@@ -143,7 +143,7 @@ def ensure_schema(engine: Engine, url: str, *, upgrade: bool = True) -> SchemaSt
     """
     try:
         with engine.connect() as conn:
-            state = read_state(conn)
+            state = read_schema_state(conn)
         if state.revision == HEAD:
             return state
         if state.revision is not None and state.revision not in _known_revisions():

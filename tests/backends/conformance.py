@@ -1,4 +1,4 @@
-"""The backend conformance suite: what every replica backend must do (DESIGN §5).
+"""The backend conformance suite: what every replica backend must do (autotune/backends/base.py).
 
 Use it by subclassing :class:`BackendConformance` in a test module next to this file and
 providing a ``backend`` fixture (anything implementing ``autotune.backends.Backend``)::

@@ -52,7 +52,7 @@ def test_recommendations_promote_only_significant_gains(db_url: str, small_sampl
     low, high = first["value_ci"]
     assert low < first["value"] < high
 
-    # Provenance (DESIGN §4), checked against the inputs rather than the code's own output.
+    # Provenance (docs/storage.md), checked against the inputs rather than the code's own output.
     data = small_sample.read_bytes()
     assert first["traffic"]["sha256"] == hashlib.sha256(data).hexdigest()
     assert first["traffic"]["size_bytes"] == len(data)

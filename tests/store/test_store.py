@@ -96,7 +96,7 @@ def test_unreachable_database_is_one_clear_error(tmp_path: Path) -> None:
         Store.open("::nonsense::")
 
 
-DESIGN_KEYS = ("workload", "status", "config", "speculative_config", "objective", "value",
+JSON_KEYS = ("workload", "status", "config", "speculative_config", "objective", "value",
                "value_ci", "baseline_value", "speedup_vs_baseline", "run", "backend", "traffic",
                "policy", "created_at", "model", "draft_model", "vllm_version", "hardware",
                "acceptance", "retired_at", "reason")
@@ -130,7 +130,7 @@ def test_lineage_and_significance_are_kept(db_url: str) -> None:
     old = store.recommendation(first["id"]).to_json()
     assert old["status"] == "retired" and old["retired_by"] == second["id"]
     assert old["value_ci"] == [1.8, 2.2]
-    for key in DESIGN_KEYS:
+    for key in JSON_KEYS:
         assert key in second, key
     assert second["acceptance"]["measured_per_position"] == [0.7]
     assert second["traffic"]["size_bytes"] == 10 and second["policy"]["sha256"] == "h"

@@ -1,6 +1,7 @@
-"""The real-server backend: vLLM OpenAI servers launched per trial, or attached (DESIGN §5).
+"""The real-server backend: vLLM OpenAI servers launched per trial, or attached.
 
-``create(serve, options, seed)`` builds a :class:`VllmBackend` (registered as kind ``vllm``).
+``create_vllm_backend(serve, options, seed)`` builds a :class:`VllmBackend` (registered as kind
+``vllm``).
 Options (all optional; see ``docs/vllm-backend.md``): ``endpoint`` (attach mode),
 ``startup_timeout_s``, ``request_timeout_s``, ``log_dir``, ``host``, ``stop_grace_s``,
 ``health_interval_s``, ``metrics``, ``port_retries``.
@@ -27,12 +28,13 @@ __all__ = [
     "VllmBackend",
     "VllmOptions",
     "VllmReplica",
-    "create",
+    "create_vllm_backend",
     "reap_servers_on_signals",
     "stop_all_servers",
 ]
 
 
-def create(serve: ServeSpec, options: Mapping[str, Any], seed: int = 0) -> VllmBackend:
+def create_vllm_backend(serve: ServeSpec, options: Mapping[str, Any],
+                        seed: int = 0) -> VllmBackend:
     """The ``vllm`` backend for ``serve`` with validated ``options`` (ConfigError if invalid)."""
     return VllmBackend(serve, parse_options(options), seed)

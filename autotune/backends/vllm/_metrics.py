@@ -1,4 +1,4 @@
-"""Speculative-decoding acceptance from vLLM's Prometheus ``/metrics`` (DESIGN §1).
+"""Speculative-decoding acceptance from vLLM's Prometheus ``/metrics``.
 
 vLLM exposes the counters ``vllm:spec_decode_num_drafts``, ``…num_draft_tokens``,
 ``…num_accepted_tokens`` and ``…num_accepted_tokens_per_pos{position}`` (each as ``*_total``,

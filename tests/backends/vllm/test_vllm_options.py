@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from autotune.backends import create_backend
-from autotune.backends.vllm import VllmBackend, VllmOptions, create
+from autotune.backends.vllm import VllmBackend, VllmOptions, create_vllm_backend
 from autotune.backends.vllm._options import parse_options
 from autotune.errors import ConfigError
 from autotune.types import ServeSpec
@@ -45,7 +45,7 @@ def test_endpoint_is_normalised(url: str, expected: str) -> None:
 
 
 def test_attach_mode_says_what_it_covers() -> None:
-    desc = create(SERVE, {"endpoint": "http://127.0.0.1:9"}).describe()
+    desc = create_vllm_backend(SERVE, {"endpoint": "http://127.0.0.1:9"}).describe()
     assert desc["mode"] == "attach"
     assert desc["endpoint"] == "http://127.0.0.1:9"
     assert "only what that server was started with" in desc["note"]

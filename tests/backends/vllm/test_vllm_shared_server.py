@@ -27,7 +27,7 @@ from vllm_helpers import (
 
 from autotune.backends import Backend, Replica
 from autotune.backends.vllm import VllmBackend, VllmReplica
-from autotune.backends.vllm import create as create_vllm
+from autotune.backends.vllm import create_vllm_backend as create_vllm
 from autotune.types import Measurement, ReplaySchedule, Slo, TrialConfig
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]

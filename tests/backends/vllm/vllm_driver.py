@@ -15,7 +15,7 @@ from pathlib import Path
 
 from vllm_helpers import text_requests, tiny_serve
 
-from autotune.backends.vllm import create as create_vllm
+from autotune.backends.vllm import create_vllm_backend as create_vllm
 from autotune.backends.vllm import reap_servers_on_signals
 from autotune.backends.vllm._process import LIVE_SERVERS
 from autotune.types import ReplaySchedule, TrialConfig
