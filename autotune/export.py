@@ -20,7 +20,7 @@ import json
 import os
 import shlex
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,9 @@ from autotune.types import SPECULATIVE_CONFIG_KEYS
 
 __all__ = [
     "FORMATS",
+    "pick_for_export",
     "render",
+    "requirements_note",
     "schedule_config",
     "schedule_note",
     "speculative_config",
@@ -57,8 +59,8 @@ def schedule_config(rec: RecommendationRecord,
                     rows: Sequence[Sequence[int]] | None = None) -> dict[str, Any] | None:
     """Speculative config with ``num_speculative_tokens_per_batch_size`` when rows exist.
 
-    Rows are ``[start_bs, end_bs, K]``, contiguous from batch size 1, inclusive ranges;
-    ``num_speculative_tokens`` becomes the largest K (the drafter's window at batch size 1).
+    Rows are ``[start_bs, end_bs, K]``, contiguous from batch size 1, inclusive ranges, K at
+    most ``num_speculative_tokens``, which stays the recommended (measured) window.
     """
     spec = speculative_config(rec)
     rows = rows if rows is not None else rec.provenance.get("window_schedule")
@@ -70,7 +72,10 @@ def schedule_config(rec: RecommendationRecord,
             raise ExportError(f"window schedule rows must cover batch sizes from 1 contiguously "
                               f"with start <= end and K >= 1; got {list(rows)}")
         expected = end + 1
-    spec["num_speculative_tokens"] = max(int(r[2]) for r in rows)
+    window = int(spec["num_speculative_tokens"])
+    if any(int(r[2]) > window for r in rows):
+        raise ExportError(f"window schedule rows {list(rows)} exceed the recommended window "
+                          f"{window} (num_speculative_tokens), which vLLM never drafts beyond")
     spec["num_speculative_tokens_per_batch_size"] = [[int(x) for x in r] for r in rows]
     return spec
 
@@ -80,17 +85,75 @@ def schedule_note(rec: RecommendationRecord) -> str | None:
     prov = rec.provenance
     if prov.get("window_schedule") or not rec.speculative_config:
         return None
-    by_level = prov.get("window_by_max_num_seqs")
+    by_level = prov.get("window_by_max_num_seqs") or {}
+    thin = prov.get("window_levels_left_out") or {}
+    left_out = ("; left out, with fewer than 2 trials meeting the SLO: "
+                + ", ".join(f"max_num_seqs {level} ({n})" for level, n in thin.items())
+                if thin else "")
     if not by_level:
-        return (f"no per-batch-size schedule for {rec.workload!r}: its run measured no "
-                "window by max_num_seqs; exporting the plain speculative config")
+        return (f"no per-batch-size schedule for {rec.workload!r}: its run compared no windows "
+                f"at any max_num_seqs level{left_out}; exporting the plain speculative config")
     pairs = sorted((int(a), int(b)) for a, b in by_level.items())
     seen = ", ".join(f"max_num_seqs {level}: K={k}" for level, k in pairs)
+    window = rec.speculative_config.get("num_speculative_tokens")
     why = ("a window of 0 (no drafter) is best at some level, and a schedule row needs K >= 1"
            if any(k <= 0 for _, k in pairs) else
-           "the best window does not shrink as max_num_seqs grows")
+           f"the best window (capped at the recommended window {window}) does not shrink as "
+           "max_num_seqs grows")
     return (f"no per-batch-size schedule for {rec.workload!r}: {why} in run "
-            f"{rec.run}'s trials ({seen}); exporting the plain speculative config")
+            f"{rec.run}'s trials ({seen}){left_out}; exporting the plain speculative config")
+
+
+#: What of vLLM each key of an export needs beyond standard speculative decoding.
+_DSPARK = "vLLM 0.33 or newer with DSpark (deepseek-ai/DeepSpec)"
+_NEEDS = {
+    "enable_adaptive_verification": _DSPARK,
+    "dspark_draft_topk": _DSPARK,
+    "num_speculative_tokens_per_batch_size": "vLLM 0.33 or newer (per-batch-size schedule)",
+}
+
+
+def requirements_note(rec: RecommendationRecord, spec: Mapping[str, Any] | None) -> str:
+    """Which vLLM build the export's keys need, and the one it was measured with."""
+    needs: dict[str, list[str]] = {}
+    if spec and spec.get("method") == "dspark":
+        needs.setdefault(_DSPARK, []).append("method dspark")
+    for key in sorted(spec or {}):
+        if key in _NEEDS:
+            needs.setdefault(_NEEDS[key], []).append(key)
+    parts = [f"{', '.join(keys)} need {build}" for build, keys in needs.items()]
+    text = ("; ".join(parts) if parts else
+            "standard vLLM speculative-decoding flags (--speculative-config, --max-num-seqs, "
+            "--max-num-batched-tokens)")
+    measured = rec.provenance.get("vllm_version")
+    backend = rec.backend
+    where = (f"measured with vLLM {measured}" if measured else
+             f"measured on the {backend} backend" + (" (simulated, not a real engine)"
+                                                     if backend == "sim" else ""))
+    return f"{text}; {where}"
+
+
+def pick_for_export(recs: Sequence[RecommendationRecord], active: RecommendationRecord | None,
+                    workload: str, *, force: bool) -> RecommendationRecord:
+    """The recommendation ``export`` writes: the active one, unless the workload's newest
+    result is infeasible (then an ExportError with why, or with ``force`` that result).
+
+    ``recs`` is the workload's history, newest first.
+    """
+    newest = recs[0] if recs else None
+    if newest is not None and newest.status == "infeasible" and (
+            active is None or newest.id > active.id):
+        if force:
+            return newest
+        keep = (f"; the active recommendation #{active.id} was tuned on earlier traffic"
+                if active else "")
+        raise ExportError(f"{workload!r} is infeasible (run {newest.run}): {newest.reason}"
+                          f"{keep}; export it anyway with --force")
+    if active is None:
+        raise ExportError(f"no active recommendation for {workload!r}"
+                          + (f" (its newest is {newest.status}: {newest.reason})" if newest
+                             else "; run: autotune start --traffic SAMPLE --once"))
+    return active
 
 
 def vllm_args(rec: RecommendationRecord) -> list[str]:
@@ -130,7 +193,8 @@ def render(rec: RecommendationRecord, fmt: str) -> str:
                               "speculative decoding; there is no window schedule to export")
         return json.dumps(spec) + "\n"
     if fmt == "vllm-args":
-        return shlex.join(vllm_args(rec)) + "\n"
+        note = requirements_note(rec, speculative_config(rec))
+        return f"# {rec.workload}: {note}\n" + shlex.join(vllm_args(rec)) + "\n"
     raise ExportError(f"unknown export format {fmt!r}; known: {', '.join(FORMATS)}")
 
 

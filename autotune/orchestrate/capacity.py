@@ -24,9 +24,16 @@ MIN_SCALE = 1 / 64
 MAX_SCALE = 64.0
 
 
-def _tag(m: Measurement, scale: float, replays: int, feasible: bool) -> Measurement:
+def _tag(m: Measurement, scale: float, replays: int, feasible: bool,
+         at_target: Measurement, slo: Slo) -> Measurement:
+    """The kept replay, tagged with the scale it ran at and with what the replay at the
+    target rate (the schedule's own ``time_scale``) measured: ``target_*`` p99s and failures,
+    which say by how much a config misses the SLO at the rate it must serve."""
+    check = at_target.slo_check(slo)
     extra = {**m.extra, "load_scale": scale, "capacity_replays": float(replays),
-             "capacity_met_slo": 1.0 if feasible else 0.0}
+             "capacity_met_slo": 1.0 if feasible else 0.0,
+             "target_ttft_p99_ms": check.ttft_p99_ms, "target_itl_p99_ms": check.itl_p99_ms,
+             "target_failed_requests": float(check.failed_requests)}
     return replace(m, extra=extra)
 
 
@@ -73,7 +80,10 @@ def replay_at_capacity(replica: Replica, schedule: ReplaySchedule, slo: Slo,
             lo = mid
         else:
             hi = mid
+    at_target = tried[schedule.time_scale][1]
     if lo is None:
         slowest = min(tried)
-        return replace(_tag(tried[slowest][1], slowest, len(tried), False), wall_time_s=wall)
-    return replace(_tag(tried[lo][1], lo, len(tried), True), wall_time_s=wall)
+        kept = _tag(tried[slowest][1], slowest, len(tried), False, at_target, slo)
+    else:
+        kept = _tag(tried[lo][1], lo, len(tried), True, at_target, slo)
+    return replace(kept, wall_time_s=wall)

@@ -62,7 +62,9 @@ class Reporter:
 
     def run_started(self, run_id: str, resumed: bool, finished_trials: int) -> None: ...
 
-    def trial_started(self, workload: str, s: Suggestion, budget: int) -> None: ...
+    def trial_started(self, workload: str, s: Suggestion, budget: int,
+                      finished: int) -> None:
+        """Trial ``s`` started; ``finished`` trials of the workload's ``budget`` are done."""
 
     def trial_finished(self, workload: str, s: Suggestion, outcome: Outcome | None,
                        error: str | None) -> None: ...

@@ -470,6 +470,14 @@ def _shutdown(ray: Any) -> None:
         ray.shutdown()
 
 
+_RAY_TOKEN_LOGGER = "ray._private.authentication.authentication_token_setup"
+
+
+def _drop_token_notice(record: logging.LogRecord) -> bool:
+    """False for Ray's "Token authentication is enabled for this Ray cluster" notice."""
+    return not record.getMessage().startswith("Token authentication is enabled for this Ray")
+
+
 def _connect(ray: Any, s: RaySettings, cpus_needed: float) -> None:
     """``ray.init``: join ``s.address`` or ``$RAY_ADDRESS``, else start a local Ray."""
     try:
@@ -478,6 +486,9 @@ def _connect(ray: Any, s: RaySettings, cpus_needed: float) -> None:
         elif os.environ.get("RAY_ADDRESS"):
             ray.init(logging_level=logging.WARNING)
         else:
+            # Ray turns token authentication on for a new local cluster and warns that it did
+            # on every start: keep it on, without the warning (docs/ray.md says so once).
+            logging.getLogger(_RAY_TOKEN_LOGGER).addFilter(_drop_token_notice)
             ray.init(num_cpus=max(_local_cores(), math.ceil(cpus_needed)),
                      include_dashboard=False, logging_level=logging.WARNING)
     except (ConnectionError, RuntimeError, ValueError, TimeoutError) as e:

@@ -62,7 +62,7 @@ def _submit(options: TuneOptions, store: Store, run_id: str, w: WorkloadSearch,
     policy = options.policy
     store.record_trial(run_id=run_id, workload=w.name, number=s.number, state="running",
                        params=s.config.as_dict(), is_baseline=s.is_baseline)
-    rep.trial_started(w.name, s, w.searcher.budget)
+    rep.trial_started(w.name, s, w.searcher.budget, w.searcher.finished)
     schedule = policy.replay.schedule(w.requests, seed=options.seed + s.number,
                                       label=f"{run_id}:{w.name}:{s.number}",
                                       slo=policy.objective.slo.slo())

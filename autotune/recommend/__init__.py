@@ -11,6 +11,7 @@ test against the active recommendation (:mod:`~autotune.recommend.significance`)
 from __future__ import annotations
 
 from autotune.recommend.choose import Scored, select_best
+from autotune.recommend.feasibility import Feasibility, judge_feasibility
 from autotune.recommend.promotion import export_file_name, export_promoted, should_promote
 from autotune.recommend.provenance import run_provenance, workload_provenance
 from autotune.recommend.schedule import WindowPoint, window_schedule
@@ -27,6 +28,7 @@ from autotune.recommend.workload import WorkloadResult, WorkloadTrials, recommen
 
 __all__ = [
     "Comparison",
+    "Feasibility",
     "PromotionDecision",
     "RequestRates",
     "Scored",
@@ -37,6 +39,7 @@ __all__ = [
     "decide",
     "export_file_name",
     "export_promoted",
+    "judge_feasibility",
     "rate_interval",
     "recommend_workload",
     "request_rates",

@@ -60,9 +60,11 @@ def workload_provenance(base: Mapping[str, Any], *, policy: Policy,
     provenance["profile"] = (base.get("backend_details") or {}).get("profile")
     provenance["trials"] = len(trials)
     provenance["feasible"] = best.outcome.feasible
-    rows, by_level = window_schedule(
+    rows, by_level, thin = window_schedule(
         ((t.config.max_num_seqs, t.config.num_speculative_tokens, t.outcome.value,
-          t.outcome.feasible) for t in trials if t.outcome is not None), config.max_num_seqs)
+          t.outcome.feasible) for t in trials if t.outcome is not None), config.max_num_seqs,
+        config.num_speculative_tokens)
     provenance["window_schedule"] = rows
     provenance["window_by_max_num_seqs"] = {str(k): v for k, v in by_level.items()}
+    provenance["window_levels_left_out"] = {str(k): v for k, v in thin.items()}
     return provenance

@@ -21,30 +21,39 @@ __all__ = ["WindowPoint", "window_schedule"]
 WindowPoint = tuple[int, int, float, bool]
 
 
-def window_schedule(points: Iterable[WindowPoint],
-                    max_num_seqs: int) -> tuple[list[list[int]] | None, dict[int, int]]:
+#: Measurements (trials meeting the SLO) a max_num_seqs level needs to say its best window.
+MIN_MEASUREMENTS = 2
+
+
+def window_schedule(points: Iterable[WindowPoint], max_num_seqs: int, window: int
+                    ) -> tuple[list[list[int]] | None, dict[int, int], dict[int, int]]:
     """Rows ``[start_bs, end_bs, K]`` when the best window shrinks as the batch grows.
 
-    For every ``max_num_seqs`` level measured up to the recommended one, the best window is
-    the K of the level's best trial (among those meeting the SLOs; levels with none are left
-    out). Level L_i with best K_i covers batch sizes (L_{i-1}, L_i], the first from 1 and the
-    last up to ``max_num_seqs``; equal neighbours merge. Rows are returned only when K never
-    grows with the level and does shrink; otherwise None. The second value is the best K per
-    level (what the decision saw).
+    For every ``max_num_seqs`` level measured up to the recommended one with at least
+    :data:`MIN_MEASUREMENTS` trials meeting the SLOs, the best window is the K of the level's
+    best trial (levels with fewer are left out: one trial compares nothing). K is capped at
+    the recommended ``window``, the schedule's ``num_speculative_tokens`` (vLLM never drafts
+    more than that). Level L_i with best K_i covers batch sizes (L_{i-1}, L_i], the first from
+    1 and the last up to ``max_num_seqs``; equal neighbours merge. Rows are returned only when
+    K never grows with the level and does shrink; otherwise None. Also returned: the best K
+    per level (capped; what the decision saw) and the levels left out with their counts.
     """
     best: dict[int, tuple[float, int]] = {}
+    count: dict[int, int] = {}
     for seqs, k, value, feasible in points:
         if not feasible or seqs > max_num_seqs or not math.isfinite(value):
             continue
+        count[seqs] = count.get(seqs, 0) + 1
         if seqs not in best or (value, -k) > (best[seqs][0], -best[seqs][1]):
             best[seqs] = (value, k)
-    levels = sorted(best)
-    by_level = {level: best[level][1] for level in levels}
+    thin = {level: n for level, n in sorted(count.items()) if n < MIN_MEASUREMENTS}
+    levels = sorted(level for level in best if level not in thin)
+    by_level = {level: min(best[level][1], window) for level in levels}
     windows = [by_level[level] for level in levels]
     shrinks = len(windows) >= 2 and windows[0] > windows[-1] and all(
         a >= b for a, b in itertools.pairwise(windows))
     if not shrinks or min(windows) <= 0:
-        return None, by_level
+        return None, by_level, thin
     rows: list[list[int]] = []
     start = 1
     for i, level in enumerate(levels):
@@ -55,4 +64,4 @@ def window_schedule(points: Iterable[WindowPoint],
         else:
             rows.append([start, end, k])
         start = end + 1
-    return rows, by_level
+    return rows, by_level, thin

@@ -16,6 +16,7 @@ from typing import Any
 from autotune.objective import Outcome
 from autotune.policy import Policy
 from autotune.recommend.choose import Scored, select_best
+from autotune.recommend.feasibility import Feasibility, judge_feasibility
 from autotune.recommend.promotion import export_promoted, should_promote
 from autotune.recommend.provenance import workload_provenance
 from autotune.store import RecommendationRecord, Store
@@ -45,7 +46,12 @@ class WorkloadTrials:
 
 @dataclass(frozen=True)
 class WorkloadResult:
-    """What a pass concluded for one workload."""
+    """What a pass concluded for one workload.
+
+    ``status`` is the recommendation's (active, candidate, infeasible), or ``failed`` when
+    every trial failed; ``feasibility`` says whether the best config serves the workload's
+    traffic within the SLO and, when not, why and what would make it feasible.
+    """
 
     workload: str
     trials: int
@@ -57,13 +63,22 @@ class WorkloadResult:
     promoted: bool
     reason: str
     stop_reason: str = ""
+    feasibility: Feasibility | None = None
+
+    @property
+    def status(self) -> str:
+        return self.recommendation.status if self.recommendation else "failed"
+
+    @property
+    def baseline_meets_slo(self) -> bool:
+        return bool(self.baseline and self.baseline.feasible)
 
 
 def recommend_workload(store: Store, policy: Policy, run_id: str, done: WorkloadTrials,
                        provenance: Mapping[str, Any], *, backend: str, export_dir: Path,
                        seed: int) -> WorkloadResult:
     """Store (and export when promoted) the recommendation of one workload's search."""
-    best = select_best(done.trials)
+    best = select_best(done.trials, policy.replay.time_scale)
     baseline = done.baseline
     base_outcome = baseline.outcome if baseline else None
     if best is None or best.outcome is None:
@@ -71,6 +86,7 @@ def recommend_workload(store: Store, policy: Policy, run_id: str, done: Workload
                               base_outcome, None, False,
                               f"every trial failed; see `autotune trials --run {run_id}`",
                               done.stop_reason)
+    feasibility = judge_feasibility(policy, best)
     active = store.active_recommendation(done.workload)
     # The active config re-measured in this run, on this traffic, is what the best trial must
     # beat significantly (a measurement on older traffic is not comparable).
@@ -78,19 +94,28 @@ def recommend_workload(store: Store, policy: Policy, run_id: str, done: Workload
                        and t.config == done.incumbent and t.outcome is not None), None)
     decision = should_promote(store, policy, best.outcome, best.trial_id, active,
                               remeasured.trial_id if remeasured else None, seed)
+    details = workload_provenance(provenance, policy=policy, requests=done.requests,
+                                  best=best, trials=done.trials)
+    details["feasibility"] = feasibility.as_dict()
+    details["stop_reason"] = done.stop_reason
+    details["baseline"] = {
+        "config": policy.baseline.config().as_dict(),
+        "value": base_outcome.value if base_outcome else None,
+        "meets_slo": bool(base_outcome and base_outcome.feasible)}
+    # A speedup is a ratio to a baseline that serves the traffic within the SLO, or nothing.
+    baseline_value = base_outcome.value if base_outcome and base_outcome.feasible else None
     rec = store.add_recommendation(
         workload=done.workload, config=best.config,
         speculative_config=policy.serve.spec().speculative_config(best.config),
         serve=policy.serve.model_dump(mode="json"), objective=policy.objective.maximize,
-        value=best.outcome.value,
-        baseline_value=base_outcome.value if base_outcome else None,
-        run_id=run_id, trial_id=best.trial_id, backend=backend,
-        provenance=workload_provenance(provenance, policy=policy, requests=done.requests,
-                                       best=best, trials=done.trials),
-        value_ci=decision.value_ci, promote=decision.promote, reason=decision.reason,
+        value=best.outcome.value, baseline_value=baseline_value,
+        run_id=run_id, trial_id=best.trial_id, backend=backend, provenance=details,
+        value_ci=decision.value_ci, promote=decision.promote and feasibility.feasible,
+        reason=decision.reason if feasibility.feasible else feasibility.reason,
         gain=decision.gain, gain_ci=decision.gain_ci, compared_with=decision.compared_with,
-        check_active=True)
+        check_active=True, infeasible=not feasibility.feasible)
     promoted = rec.status == "active"
     export_path = export_promoted(export_dir, rec) if promoted else None
     return WorkloadResult(done.workload, len(done.trials), done.failed, rec, best.outcome,
-                          base_outcome, export_path, promoted, rec.reason, done.stop_reason)
+                          base_outcome, export_path, promoted, rec.reason, done.stop_reason,
+                          feasibility)

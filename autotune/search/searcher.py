@@ -77,6 +77,11 @@ class Searcher:
             self._finished += 1
             self._baseline_done |= t.is_baseline
 
+    @property
+    def finished(self) -> int:
+        """Trials told (finished or failed), resumed ones included."""
+        return self._finished
+
     def done(self) -> bool:
         return bool(self.stop_reason) and not self._pending
 

@@ -109,14 +109,15 @@ def _sqlite_begin(conn: Connection) -> None:
     conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
 
-def make_engine(url: str) -> Engine:
-    """An engine for ``url``; creates the SQLite file's folder; raises StoreError if unusable."""
+def make_engine(url: str, *, create_folder: bool = True) -> Engine:
+    """An engine for ``url``; creates the SQLite file's folder (unless ``create_folder`` is
+    False); raises StoreError if unusable."""
     parsed = make_url(url)
     kwargs: dict[str, Any] = {}
     sqlite = parsed.get_backend_name() == "sqlite"
     if sqlite:
         db = parsed.database
-        if db and db != ":memory:":
+        if db and db != ":memory:" and create_folder:
             try:
                 Path(db).expanduser().parent.mkdir(parents=True, exist_ok=True)
             except OSError as e:

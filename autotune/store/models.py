@@ -136,7 +136,8 @@ class RecommendationRow(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     workload: Mapped[str] = mapped_column(String(200), index=True)
-    status: Mapped[str] = mapped_column(String(16), index=True)  # candidate/active/retired
+    # candidate | active | retired | infeasible
+    status: Mapped[str] = mapped_column(String(16), index=True)
     config: Mapped[dict[str, Any]] = mapped_column(JSON)
     speculative_config: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     serve: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)

@@ -15,13 +15,23 @@ import zlib
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, select, text, update
+from sqlalchemy import Engine, make_url, select, text, update
 from sqlalchemy.orm import Session, defer, sessionmaker
 
 from autotune.errors import StoreError
-from autotune.store.engine import WRITE, make_engine, resolve_url, session_scope
+from autotune.store.engine import (
+    DEFAULT_DB_URL,
+    ENV_DB_URL,
+    WRITE,
+    is_sqlite,
+    make_engine,
+    redact,
+    resolve_url,
+    session_scope,
+)
 from autotune.store.models import (
     CalibrationRow,
     RecommendationRow,
@@ -43,6 +53,7 @@ from autotune.types import TrialConfig
 __all__ = ["Store", "new_run_id"]
 
 RUN_STATUSES = ("running", "finished", "failed", "interrupted")
+RECOMMENDATION_STATUSES = ("candidate", "active", "retired", "infeasible")
 TRIAL_STATES = ("complete", "failed", "pruned", "running")
 
 
@@ -50,6 +61,20 @@ def new_run_id(now: datetime | None = None) -> str:
     """A sortable, unique run id: ``20261129-151003-3fa2``."""
     t = now or datetime.now(UTC)
     return f"{t:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+def _no_database(url: str) -> str:
+    return (f"no autotune database at {redact(url)} (--db, else ${ENV_DB_URL}, else the "
+            f"default {DEFAULT_DB_URL}, relative to this folder); pass --db with the one a "
+            "pass wrote, or run: autotune start --traffic SAMPLE --once")
+
+
+def _require_sqlite_file(url: str) -> None:
+    """A read-only command must not create an empty SQLite file (or its folder)."""
+    if is_sqlite(url):
+        db = make_url(url).database
+        if db and db != ":memory:" and not Path(db).expanduser().is_file():
+            raise StoreError(_no_database(url))
 
 
 def _json_safe(value: Any) -> Any:
@@ -78,17 +103,27 @@ class Store:
                                     expire_on_commit=False)
 
     @classmethod
-    def open(cls, url: str | None = None, *, create: bool = True) -> Store:
+    def open(cls, url: str | None = None, *, create: bool = True,
+             existing: bool = False) -> Store:
         """Connect; create the schema of an empty database, upgrade an older one.
 
         ``create=False`` refuses a database that is not at the current schema instead (the
-        message names ``autotune db upgrade``). Errors are :class:`StoreError`, one line.
+        message names ``autotune db upgrade``). ``existing=True`` (the read-only commands)
+        refuses a database autotune has not written yet, and creates no file or folder for it.
+        Errors are :class:`StoreError`, one line.
         """
-        from autotune.store.schema import ensure_schema
+        from autotune.store.schema import ensure_schema, read_schema_state
 
         resolved = resolve_url(url)
-        engine = make_engine(resolved)
+        if existing:
+            _require_sqlite_file(resolved)
+        engine = make_engine(resolved, create_folder=not existing)
         try:
+            if existing:
+                with engine.connect() as conn:
+                    empty = read_schema_state(conn).empty
+                if empty:
+                    raise StoreError(_no_database(resolved))
             ensure_schema(engine, resolved, upgrade=create)
         except BaseException:
             engine.dispose()
@@ -271,7 +306,8 @@ class Store:
                            promote: bool, reason: str, gain: float | None = None,
                            gain_ci: tuple[float, float] | None = None,
                            compared_with: int | None = None,
-                           check_active: bool = False) -> RecommendationRecord:
+                           check_active: bool = False,
+                           infeasible: bool = False) -> RecommendationRecord:
         """Add a recommendation; with ``promote`` it becomes active and the old one retires.
 
         ``gain``/``gain_ci`` are the relative improvement over recommendation ``compared_with``
@@ -279,8 +315,11 @@ class Store:
         happens if ``compared_with`` is still the active one when this transaction runs (another
         process may have promoted meanwhile); otherwise the row stays a candidate and its reason
         says so. Retirement and promotion commit together: a reader sees one active or the
-        other, never both or neither.
+        other, never both or neither. An ``infeasible`` result (no config measured serves the
+        workload's traffic within the SLO) is stored with that status and never promoted.
         """
+        if infeasible:
+            promote = False
         speedup = value / baseline_value if baseline_value else None
         with self.session() as s:
             if promote and s.bind is not None and s.bind.dialect.name == "postgresql":
@@ -297,7 +336,8 @@ class Store:
                           f"#{active_id} while this run decided (compared with "
                           f"#{compared_with})")
             row = RecommendationRow(
-                workload=workload, status="candidate", config=config.as_dict(),
+                workload=workload, status="infeasible" if infeasible else "candidate",
+                config=config.as_dict(),
                 speculative_config=dict(speculative_config) if speculative_config else None,
                 serve=dict(serve), objective=objective, value=value,
                 value_ci_low=value_ci[0] if value_ci else None,

@@ -103,7 +103,8 @@ class _KillOnce(Reporter):
         self.killed: dict[str, Any] = {}
         self.errors: list[str | None] = []
 
-    def trial_started(self, workload: str, s: Suggestion, budget: int) -> None:
+    def trial_started(self, workload: str, s: Suggestion, budget: int,
+                      finished: int) -> None:
         if self.killed or self.pool is None:
             return
         self.killed = {"key": (workload, s.number)}

@@ -29,3 +29,15 @@ def test_ties_break_towards_the_earlier_trial() -> None:
     second = Scored(1, config(2), Outcome(5.0, {"itl": -3.0}))
     best = select_best([second, first])
     assert best is not None and best.number == 0
+
+
+def test_a_trial_serving_the_target_rate_beats_a_higher_value_below_it() -> None:
+    below = Scored(0, config(7), Outcome(2.42, {"itl": -1.0},
+                                         {"load_scale": 0.958, "capacity_met_slo": 1.0}))
+    at = Scored(1, config(4), Outcome(2.40, {"itl": -1.0},
+                                      {"load_scale": 1.0, "capacity_met_slo": 1.0}))
+    assert select_best([below, at]) is below  # no target: the highest value
+    best = select_best([below, at], target=1.0)
+    assert best is at
+    # when nothing reaches the target, the best below it is still chosen (and judged later)
+    assert select_best([below], target=1.0) is below

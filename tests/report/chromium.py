@@ -1,7 +1,7 @@
 """Headless Chromium for the report tests: the DOM after scripts ran, and what plotly drew.
 
-CI installs Debian's ``chromium`` (``.ci/run``); ``AUTOTUNE_CHROMIUM`` points at another
-binary. A missing browser is a test failure with the install line, never a skip.
+``make test`` installs Debian's ``chromium`` (``.ci/install-chromium``); ``AUTOTUNE_CHROMIUM``
+points at another binary. A missing browser is a test failure with the install line, never a skip.
 """
 
 from __future__ import annotations

@@ -78,9 +78,14 @@ def test_cli_report(filled: FilledRun, tmp_path: Path) -> None:
     res = CliRunner().invoke(cli, ["report", "--db", url, "--run", "missing", "-o", str(out)])
     assert res.exit_code != 0 and "no run 'missing'" in res.output
     empty = f"sqlite:///{tmp_path / 'empty.db'}"
+    Store.open(empty).close()  # a database with no run in it
     res = CliRunner().invoke(cli, ["report", "--db", empty, "-o", str(tmp_path / "e.html")])
     assert res.exit_code != 0 and "no finished run" in res.output
     assert not (tmp_path / "e.html").exists()
+    missing = f"sqlite:///{tmp_path / 'missing.db'}"
+    res = CliRunner().invoke(cli, ["report", "--db", missing, "-o", str(tmp_path / "m.html")])
+    assert res.exit_code != 0 and "no autotune database at" in res.output
+    assert not (tmp_path / "missing.db").exists() and not (tmp_path / "m.html").exists()
 
 
 def test_a_run_without_measurements_still_renders(tmp_path: Path) -> None:

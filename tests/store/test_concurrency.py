@@ -83,7 +83,7 @@ READER = textwrap.dedent('''
             spec = json.loads(call("export", "--workload", "code", "--db", url))
             assert 1 <= spec["num_speculative_tokens"] <= 7, spec
             args = shlex.split(call("export", "--workload", "code", "--db", url,
-                                    "--format", "vllm-args"))
+                                    "--format", "vllm-args"), comments=True)
             assert args[:3] == ["vllm", "serve", "m"], args
             seqs = int(args[args.index("--max-num-seqs") + 1])
             assert seqs >= seen, (seqs, seen)

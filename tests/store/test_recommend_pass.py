@@ -15,7 +15,7 @@ from autotune.cli import cli
 from autotune.orchestrate import TuneOptions, tune
 from autotune.policy import Policy, load_policy
 from autotune.store import Store
-from autotune.store.lineage import LINEAGE_COLUMNS, lineage_rows
+from autotune.ui.lineage import LINEAGE_COLUMNS, lineage_rows
 
 
 def policy(k: int, seqs: int, trials: int = 1) -> Policy:
@@ -87,7 +87,11 @@ def test_recommendations_promote_only_significant_gains(db_url: str, small_sampl
         (faster["id"], "active"), (again["id"], "candidate"), (first["id"], "retired")]
     table = CliRunner().invoke(cli, ["recommendations", "--workload", "chat", "--history",
                                      "--db", db_url])
-    assert table.exit_code == 0 and "retired (UTC)" in table.stdout
+    assert table.exit_code == 0 and "created (UTC)" in table.stdout
+    assert f"#{first['id']} chat (retired, run " in " ".join(table.stdout.split())
+    wide = CliRunner().invoke(cli, ["recommendations", "--workload", "chat", "--history",
+                                    "--db", db_url, "--wide"])
+    assert wide.exit_code == 0 and "retired (UTC)" in wide.stdout
     rows = {row[0]: dict(zip(LINEAGE_COLUMNS, row, strict=True))
             for row in lineage_rows(store.recommendations("chat", history=True))}
     assert rows[str(first["id"])]["retired (UTC)"].endswith(f"by #{faster['id']}")

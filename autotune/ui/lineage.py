@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from autotune.store.records import RecommendationRecord, iso
+from autotune.ui.tables import new_table
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -64,12 +65,25 @@ def lineage_rows(recs: Sequence[RecommendationRecord]) -> list[tuple[str, ...]]:
             for r in recs]
 
 
-def lineage_table(recs: Sequence[RecommendationRecord]) -> Table:
-    from rich.table import Table
+#: The columns the history shows without --wide (the rest go to the notes below it).
+_NARROW = ("#", "workload", "status", "created (UTC)", "config", "value (95% CI)",
+           "gain (95% CI)")
 
-    table = Table(title="recommendation history (newest first)", title_justify="left")
-    for col in LINEAGE_COLUMNS:
-        table.add_column(col, overflow="fold")
+
+def lineage_table(recs: Sequence[RecommendationRecord], *,
+                  wide: bool = False) -> tuple[Table, list[str]]:
+    """The history table and its notes (when each was retired, and why it is where it is)."""
+    columns = LINEAGE_COLUMNS if wide else _NARROW
+    table = new_table(*columns, title="recommendation history (newest first)",
+                      numeric=("#",), fold=("workload", "config", "value (95% CI)",
+                                            "gain (95% CI)", "reason", "run"))
+    notes = []
     for row in lineage_rows(recs):
-        table.add_row(*row)
-    return table
+        cells = dict(zip(LINEAGE_COLUMNS, row, strict=True))
+        table.add_row(*(cells[c] for c in columns))
+        if not wide:
+            retired = cells["retired (UTC)"]
+            retired_note = f"retired {retired}; " if retired != "-" else ""
+            notes.append(f"#{cells['#']} {cells['workload']} ({cells['status']}, run "
+                         f"{cells['run']}): {retired_note}{cells['reason']}")
+    return table, notes

@@ -1,0 +1,132 @@
+"""Can the workload's traffic be served within the SLO at all, by any config measured?
+
+A recommendation is only worth deploying when its config serves the sample's own traffic within
+the SLO. In trace mode with the capacity reading a trial measures the highest arrival rate one
+replica serves within the SLO, as a multiple of the sample's rate (``load_scale``: capacity =
+``load_scale`` × the sample's rate). The workload is **feasible** when the best config's
+capacity reaches the policy's ``replay.time_scale`` (1 = the sample's own rate); in closed-loop
+mode, or without the capacity reading, when the best config met the SLO as replayed.
+
+An infeasible result is said in one line: the best rate reached, which bound failed and by how
+much at the target rate, and what would make it feasible — the SLO the best config does meet
+there, enough replicas at the measured per-replica capacity, or a wider search space.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from autotune.policy import Policy
+from autotune.recommend.choose import Scored
+
+__all__ = ["Feasibility", "judge_feasibility"]
+
+#: Prefix of the summary keys the capacity reading adds (autotune.orchestrate.capacity): the
+#: p99s and failures measured at the target rate, whatever rate the trial was finally read at.
+AT_TARGET = "target_"
+
+
+@dataclass(frozen=True)
+class Feasibility:
+    """The verdict on a workload's best config, for people and for the JSON."""
+
+    feasible: bool
+    capacity: float | None   # the best config's capacity, × the sample's rate (trace mode)
+    target: float            # the rate it must serve, × the sample's rate
+    reason: str              # one line; empty when feasible
+    replicas_needed: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"feasible": self.feasible, "capacity": self.capacity, "target": self.target,
+                "reason": self.reason, "replicas_needed": self.replicas_needed}
+
+
+def _num(summary: Mapping[str, Any], key: str) -> float | None:
+    v = summary.get(key)
+    return float(v) if isinstance(v, int | float) and math.isfinite(v) else None
+
+
+def _misses(policy: Policy, summary: Mapping[str, Any], prefix: str) -> list[str]:
+    """The bounds missed in ``summary`` (keys with ``prefix``): "p99 ITL 72 ms > 60 ms"."""
+    slo = policy.objective.slo
+    out = []
+    for name, label, bound in (("ttft_p99_ms", "p99 TTFT", slo.ttft_p99_ms),
+                               ("itl_p99_ms", "p99 ITL", slo.itl_p99_ms)):
+        measured = _num(summary, prefix + name)
+        if bound is not None and measured is not None and measured > bound:
+            out.append(f"{label} {math.ceil(measured):,} ms > {bound:,.0f} ms")
+    failed = _num(summary, prefix + "failed_requests")
+    if failed:
+        out.append(f"{failed:.0f} request(s) failed")
+    return out
+
+
+def _slo_that_holds(policy: Policy, summary: Mapping[str, Any], prefix: str) -> str:
+    """"an SLO of p99 TTFT ≤ 45,210 ms": the bounds the best config does meet there."""
+    slo = policy.objective.slo
+    parts = []
+    for name, label, bound in (("ttft_p99_ms", "p99 TTFT", slo.ttft_p99_ms),
+                               ("itl_p99_ms", "p99 ITL", slo.itl_p99_ms)):
+        measured = _num(summary, prefix + name)
+        if bound is not None and measured is not None and measured > bound:
+            parts.append(f"{label} ≤ {math.ceil(measured):,} ms")
+    return f"an SLO of {' and '.join(parts)}" if parts else ""
+
+
+def _space_hint(policy: Policy, best: Scored) -> str:
+    """A knob of the best config at the edge of the space, in the direction of capacity."""
+    space = policy.space
+    hints = []
+    for knob in ("max_num_batched_tokens", "max_num_seqs"):
+        choices = space.choices(knob)
+        if getattr(best.config, knob) == max(choices):
+            hints.append(f"space.{knob} above {max(choices)}")
+    return f"; or widen {' and '.join(hints)} (the best config uses the largest)" if hints \
+        else ""
+
+
+def judge_feasibility(policy: Policy, best: Scored) -> Feasibility:
+    """Whether ``best`` (the workload's best trial) serves the target rate within the SLO."""
+    assert best.outcome is not None
+    summary = best.outcome.summary
+    replay = policy.replay
+    target = replay.time_scale
+    config = best.config.short()
+    capacity = _num(summary, "load_scale")
+    met = summary.get("capacity_met_slo")
+    read_at_capacity = capacity is not None and met is not None
+    if read_at_capacity and capacity is not None:
+        if met and capacity >= target * (1 - 1e-9):
+            return Feasibility(True, capacity, target, "")
+        reached = (f"reaches capacity {capacity:.3g}× the sample's rate" if met else
+                   f"meets the SLO at no rate down to {capacity:.3g}× the sample's")
+        prefix = AT_TARGET if _num(summary, AT_TARGET + "ttft_p99_ms") is not None else ""
+        misses = _misses(policy, summary, prefix)
+        needed = math.ceil(target / capacity) if met and capacity > 0 else None
+        fixes = []
+        if needed is not None:
+            fixes.append(f"{needed} replicas at this capacity each")
+        slo_fix = _slo_that_holds(policy, summary, prefix)
+        if slo_fix:
+            fixes.append(slo_fix)
+        fix = " or ".join(fixes) if fixes else "a faster config than the space holds"
+        at = f"{target:g}× the sample's rate" if target != 1 else "the sample's rate"
+        return Feasibility(
+            False, capacity, target,
+            f"infeasible: best config {config} {reached} (needs {target:g}×); at "
+            f"{at} it misses the SLO ({', '.join(misses) or 'p99s over the bounds'}); "
+            f"feasible with {fix}{_space_hint(policy, best)}", needed)
+    if best.outcome.feasible:
+        return Feasibility(True, capacity, target, "")
+    misses = _misses(policy, summary, "")
+    slo_fix = _slo_that_holds(policy, summary, "")
+    mode = (f"at concurrency {replay.concurrency}" if replay.mode == "closed" else
+            f"at {target:g}× the sample's rate")
+    return Feasibility(
+        False, capacity, target,
+        f"infeasible: no config measured meets the SLO {mode}; the best, {config}, misses it "
+        f"({', '.join(misses) or 'p99s over the bounds'})"
+        + (f"; feasible with {slo_fix}" if slo_fix else "") + _space_hint(policy, best))

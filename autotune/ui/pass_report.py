@@ -1,0 +1,107 @@
+"""What a tuning pass concluded, as a person reads it: one row per workload, then one line per
+workload saying why it ended where it did (infeasible and what would fix it, why the search
+stopped, why it was not promoted, where it was exported)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rich.table import Table
+
+from autotune.orchestrate import TuneResult
+from autotune.policy import Policy
+from autotune.recommend import WorkloadResult
+from autotune.store import RecommendationRecord, RunRecord
+from autotune.store.records import iso
+from autotune.ui.console import err, fmt_num, out, print_table
+from autotune.ui.tables import (
+    OBJECTIVE_LABELS,
+    config_label,
+    new_table,
+    recommendations_table,
+    speedup_cell,
+)
+
+__all__ = ["baseline_label", "pass_notes", "print_pass", "print_status", "result_table"]
+
+
+def baseline_label(policy: Policy) -> str:
+    """``n=7/1024/8192`` (window / max_num_seqs / max_num_batched_tokens)."""
+    b = policy.baseline
+    av = " av" if b.enable_adaptive_verification else ""
+    return f"n={b.num_speculative_tokens}{av}/{b.max_num_seqs}/{b.max_num_batched_tokens}"
+
+
+def result_table(results: Sequence[WorkloadResult], policy: Policy, *,
+                 wide: bool = False) -> Table:
+    value = OBJECTIVE_LABELS.get(policy.objective.maximize, policy.objective.maximize)
+    vs = f"vs baseline\n{baseline_label(policy)}"
+    capacity = "capacity (×\nsample rate)"
+    cols = ["workload", "status", "recommended config", value, capacity, vs, "trials"]
+    if wide:
+        cols += ["export"]
+    t = new_table(*cols, numeric=(value, capacity, vs, "trials"), title="recommendations",
+                  fold=("workload", "recommended config", vs, "export"))
+    budget = policy.budget.trials
+    for r in results:
+        rec = r.recommendation
+        trials = f"{r.trials}/{budget}"
+        if rec is None:
+            cells = [r.workload, "failed", "-", "-", "-", "-", trials]
+        else:
+            cap = r.feasibility.capacity if r.feasibility else None
+            cells = [r.workload, rec.status, config_label(rec.config), fmt_num(rec.value),
+                     fmt_num(cap), speedup_cell(rec), trials]
+        if wide:
+            cells += [str(r.export_path) if r.export_path else "-"]
+        t.add_row(*cells)
+    return t
+
+
+def pass_notes(results: Sequence[WorkloadResult]) -> list[str]:
+    """Per workload, why it ended where it did."""
+    lines = []
+    for r in results:
+        parts = []
+        if r.recommendation is None or r.status == "infeasible" or not r.promoted:
+            parts.append(r.reason)
+        if r.stop_reason:
+            parts.append(f"search stopped: {r.stop_reason}")
+        if r.export_path:
+            parts.append(f"exported to {r.export_path}")
+        if parts:
+            lines.append(f"{r.workload}: " + "; ".join(parts))
+    return lines
+
+
+def print_pass(result: TuneResult, policy: Policy, why: str | None, *,
+               wide: bool = False) -> None:
+    """What a tuning pass did: the recommendations table, its notes, skipped workloads."""
+    if why:
+        err.print(f"pass triggered by: {why}")
+    if result.run_id is None:
+        err.print("nothing to re-tune: no workload drifted")
+        return
+    print_table(result_table(result.workloads, policy, wide=wide), pass_notes(result.workloads),
+                wide=wide)
+    err.print(f"run {result.run_id} {result.status}; `autotune trials --run {result.run_id}` "
+              "lists its trials")
+
+
+def print_status(state: Mapping[str, Any] | None, current: Sequence[RunRecord],
+                 last: RunRecord | None, recs: Sequence[RecommendationRecord]) -> None:
+    if state is None:
+        out.print("daemon: no state file (not started here)")
+    else:
+        alive = "running" if state.get("alive") else "not running"
+        out.print(f"daemon: {alive} (pid {state.get('pid')}, {state.get('status')}, "
+                  f"updated {state.get('updated_at')}), traffic {state.get('traffic')}")
+    out.print("current run: " + (", ".join(r.id for r in current) if current else "none"))
+    out.print("last finished run: " + (f"{last.id} (finished {iso(last.finished_at)})"
+                                       if last else "none"))
+    out.print(f"next pass: {(state or {}).get('next_pass') or '-'}")
+    if recs:
+        print_table(*recommendations_table(recs))
+    else:
+        out.print("active recommendations: none")

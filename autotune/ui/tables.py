@@ -1,0 +1,139 @@
+"""The tables the listing commands print: runs, trials, recommendations, traffic inspect.
+
+Each fits 100 columns with its default columns; ``wide=True`` (``--wide``) adds the rest.
+Units are in the headers; text too long for a cell (reasons, errors) goes below the table as
+notes, wrapped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rich.table import Table
+
+from autotune.store import RecommendationRecord, RunRecord, TrialRecord
+from autotune.store.records import iso
+from autotune.ui.console import fmt_num
+
+__all__ = ["OBJECTIVE_LABELS", "config_label", "inspect_table", "new_table",
+           "recommendations_table", "runs_table", "trials_table"]
+
+#: Column header of each objective, with its unit.
+OBJECTIVE_LABELS = {"goodput": "goodput\n(req/s in SLO)",
+                    "output_tokens_per_s": "output\n(tok/s)"}
+
+_MAX_CK = 4  # predicted c_k shown in `traffic inspect` without --wide
+
+
+def new_table(*columns: str, numeric: Sequence[str] = (), title: str | None = None,
+              fold: Sequence[str] = ()) -> Table:
+    """A table whose cells never truncate: ``fold`` columns wrap, the others keep their width;
+    ``numeric`` columns align right."""
+    t = Table(title=title, title_justify="left")
+    for col in columns:
+        t.add_column(col, justify="right" if col in numeric else "left", overflow="fold",
+                     no_wrap=col not in fold)
+    return t
+
+
+def _when(t: Any) -> str:
+    """``2026-11-29 15:42`` (UTC) for a datetime, ``-`` for none."""
+    text = iso(t)
+    return text.replace("T", " ")[:16] if text else "-"
+
+
+def config_label(c: Mapping[str, Any]) -> str:
+    """``n=5 av seqs=64 tok=8192`` from a stored config (tolerates missing keys)."""
+    av = " av" if c.get("enable_adaptive_verification") else ""
+    return (f"n={c.get('num_speculative_tokens', '?')}{av} seqs={c.get('max_num_seqs', '?')} "
+            f"tok={c.get('max_num_batched_tokens', '?')}")
+
+
+def runs_table(rows: Sequence[RunRecord], *, wide: bool = False) -> Table:
+    cols = ["run", "status", "backend", "policy", "requests", "started (UTC)"]
+    if wide:
+        cols += ["finished (UTC)", "traffic"]
+    t = new_table(*cols, numeric=("requests",), fold=("policy", "traffic"))
+    for r in rows:
+        cells = [r.id, r.status, r.backend, r.policy_name, str(r.sample_requests),
+                 _when(r.started_at)]
+        if wide:
+            cells += [_when(r.finished_at), r.sample_path]
+        t.add_row(*cells)
+    return t
+
+
+def trials_table(rows: Sequence[TrialRecord], *, wide: bool = False) -> tuple[Table, list[str]]:
+    """The trials table and its notes (the first line of each failed trial's error)."""
+    cols = ["workload", "#", "state", "config", "value", "meets\nSLO", "capacity\n(×)",
+            "p99 TTFT\n(ms)", "p99 ITL\n(ms)", "accept\nrate"]
+    if wide:
+        cols = ["run", *cols, "replica", "attempts"]
+    t = new_table(*cols, numeric=("#", "value", "capacity\n(×)", "p99 TTFT\n(ms)",
+                                  "p99 ITL\n(ms)", "accept\nrate", "attempts"),
+                  fold=("workload", "config", "run", "replica"))
+    notes = []
+    for r in rows:
+        m = r.metrics
+        cfg = config_label(r.params) + (" (baseline)" if r.baseline else "")
+        cells = [r.workload, str(r.number), r.state, cfg, fmt_num(r.value),
+                 "-" if r.feasible is None else ("yes" if r.feasible else "no"),
+                 fmt_num(m.get("load_scale")), fmt_num(m.get("ttft_p99_ms")),
+                 fmt_num(m.get("itl_p99_ms")), fmt_num(r.acceptance_rate)]
+        if wide:
+            cells = [r.run, *cells, r.replica or "-", str(r.attempts)]
+        t.add_row(*cells)
+        if r.error:
+            notes.append(f"{r.workload} #{r.number}: {r.error.splitlines()[0]}")
+    return t, notes
+
+
+def recommendations_table(rows: Sequence[RecommendationRecord], *,
+                          wide: bool = False) -> tuple[Table, list[str]]:
+    """Recommendations and their notes (why each is where it is)."""
+    objectives = {r.objective for r in rows}
+    value = (OBJECTIVE_LABELS.get(objectives.pop(), "value") if len(objectives) == 1 else
+             "value")
+    cols = ["workload", "status", "config", value, "vs baseline", "created (UTC)"]
+    if wide:
+        cols += ["run", "objective"]
+    t = new_table(*cols, numeric=(value, "vs baseline"),
+                  fold=("workload", "config", "vs baseline", "run"))
+    notes = []
+    for r in rows:
+        cells = [r.workload, r.status, config_label(r.config), fmt_num(r.value),
+                 speedup_cell(r), _when(r.created_at)]
+        if wide:
+            cells += [r.run, r.objective]
+        t.add_row(*cells)
+        if r.reason:
+            notes.append(f"{r.workload} #{r.id} ({r.status}): {r.reason}")
+    return t, notes
+
+
+def speedup_cell(r: RecommendationRecord) -> str:
+    """``1.99×`` against a baseline that met the SLO; else why there is no speedup."""
+    if r.speedup_vs_baseline:
+        return f"{r.speedup_vs_baseline:.2f}×"
+    base = r.provenance.get("baseline") or {}
+    if base and not base.get("meets_slo"):
+        return "baseline misses SLO"
+    return "-"
+
+
+def inspect_table(rows: Sequence[Mapping[str, Any]], *, wide: bool = False) -> Table:
+    cols = ["workload", "requests", "prompt tokens\np50/p90/p99", "output tokens\np50/p90/p99",
+            "rate\n(req/s)", "bursti-\nness", "predicted acceptance c_k"]
+    t = new_table(*cols, numeric=("requests", "rate\n(req/s)", "bursti-\nness"),
+                  fold=("workload", "predicted acceptance c_k"))
+    for r in rows:
+        p, o = r["prompt_tokens"], r["output_tokens"]
+        ck = list(r["mean_predicted_acceptance"])
+        shown = ck if wide or len(ck) <= _MAX_CK else ck[:_MAX_CK]
+        acc = " ".join(f"{c:.2f}" for c in shown) + (" …" if len(shown) < len(ck) else "")
+        t.add_row(r["workload"], str(r["requests"]),
+                  f"{p['p50']:.0f}/{p['p90']:.0f}/{p['p99']:.0f}",
+                  f"{o['p50']:.0f}/{o['p90']:.0f}/{o['p99']:.0f}",
+                  fmt_num(r["arrival_rate_per_s"]), fmt_num(r["burstiness"]), acc or "-")
+    return t

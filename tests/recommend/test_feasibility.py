@@ -1,0 +1,79 @@
+"""Feasibility: a best config that cannot serve the sample's own rate within the SLO is said
+out loud, with the bound it misses and what would fix it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autotune.objective import Outcome
+from autotune.policy import Policy, policy_from_mapping
+from autotune.recommend import Scored, judge_feasibility
+from autotune.types import TrialConfig
+
+BEST = TrialConfig(7, False, 1, 16384)
+
+
+def policy(**replay: Any) -> Policy:
+    return policy_from_mapping({
+        "name": "t", "serve": {"model": "m", "draft_model": "d"},
+        "space": {"num_speculative_tokens": [3, 7], "max_num_seqs": [1, 8],
+                  "max_num_batched_tokens": [8192, 16384]},
+        "objective": {"slo": {"ttft_p99_ms": 3000, "itl_p99_ms": 60}},
+        "replay": replay})
+
+
+def scored(summary: dict[str, Any], feasible: bool = True) -> Scored:
+    constraints = {"ttft_p99_ms": -1.0 if feasible else 5.0, "failed_requests": 0.0}
+    return Scored(3, BEST, Outcome(0.075, constraints, summary))
+
+
+def test_capacity_below_the_sample_rate_is_infeasible_and_says_why() -> None:
+    best = scored({"load_scale": 0.03125, "capacity_met_slo": 1.0,
+                   "target_ttft_p99_ms": 45210.0, "target_itl_p99_ms": 38.0,
+                   "target_failed_requests": 0.0})
+    verdict = judge_feasibility(policy(), best)
+    assert not verdict.feasible
+    assert verdict.capacity == 0.03125 and verdict.replicas_needed == 32
+    text = verdict.reason
+    assert "reaches capacity 0.0312× the sample's rate (needs 1×)" in text
+    assert "p99 TTFT 45,210 ms > 3,000 ms" in text and "ITL" not in text.split("feasible")[1]
+    assert "32 replicas at this capacity each" in text
+    assert "an SLO of p99 TTFT ≤ 45,210 ms" in text
+    # the best config uses the largest max_num_batched_tokens of the space, not max_num_seqs
+    assert "widen space.max_num_batched_tokens above 16384" in text
+    assert "max_num_seqs above" not in text
+
+
+def test_capacity_at_the_sample_rate_is_feasible() -> None:
+    best = scored({"load_scale": 1.41, "capacity_met_slo": 1.0})
+    verdict = judge_feasibility(policy(), best)
+    assert verdict.feasible and verdict.reason == "" and verdict.capacity == 1.41
+
+
+def test_the_target_is_the_policys_time_scale() -> None:
+    best = scored({"load_scale": 1.41, "capacity_met_slo": 1.0,
+                   "target_ttft_p99_ms": 2000.0, "target_itl_p99_ms": 75.0})
+    verdict = judge_feasibility(policy(time_scale=2.0), best)
+    assert not verdict.feasible and verdict.target == 2.0
+    assert "needs 2×" in verdict.reason and "p99 ITL 75 ms > 60 ms" in verdict.reason
+    assert verdict.replicas_needed == 2
+
+
+def test_no_rate_meeting_the_slo_says_so() -> None:
+    best = scored({"load_scale": 0.015625, "capacity_met_slo": 0.0,
+                   "target_ttft_p99_ms": 90000.0, "target_itl_p99_ms": 30.0,
+                   "target_failed_requests": 3.0}, feasible=False)
+    verdict = judge_feasibility(policy(), best)
+    assert not verdict.feasible and verdict.replicas_needed is None
+    assert "meets the SLO at no rate down to 0.0156× the sample's" in verdict.reason
+    assert "3 request(s) failed" in verdict.reason
+
+
+def test_closed_loop_feasibility_is_the_slo_at_the_concurrency() -> None:
+    ok = scored({"ttft_p99_ms": 100.0, "itl_p99_ms": 20.0})
+    assert judge_feasibility(policy(mode="closed", concurrency=8), ok).feasible
+    bad = scored({"ttft_p99_ms": 100.0, "itl_p99_ms": 80.0}, feasible=False)
+    verdict = judge_feasibility(policy(mode="closed", concurrency=8), bad)
+    assert not verdict.feasible
+    assert "at concurrency 8" in verdict.reason and "p99 ITL 80 ms > 60 ms" in verdict.reason
+    assert "an SLO of p99 ITL ≤ 80 ms" in verdict.reason
