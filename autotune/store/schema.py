@@ -135,15 +135,19 @@ def _migrate(conn: Connection, url: str) -> SchemaState:
     return state
 
 
-def ensure_schema(engine: Engine, url: str, *, upgrade: bool = True) -> SchemaState:
+def ensure_schema(engine: Engine, url: str, *, upgrade: bool = True,
+                  missing: str | None = None) -> SchemaState:
     """Check the database's schema and (``upgrade``) bring it to head; returns what was found.
 
     Without ``upgrade`` a database behind head is refused with the command that upgrades it.
-    Errors are :class:`StoreError` with one line.
+    With ``missing`` (the message), a database holding no autotune table is refused instead of
+    created. Errors are :class:`StoreError` with one line.
     """
     try:
         with engine.connect() as conn:
             state = read_schema_state(conn)
+        if missing is not None and state.empty and state.revision is None:
+            raise StoreError(missing)
         if state.revision == HEAD:
             return state
         if state.revision is not None and state.revision not in _known_revisions():

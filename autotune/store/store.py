@@ -112,19 +112,15 @@ class Store:
         refuses a database autotune has not written yet, and creates no file or folder for it.
         Errors are :class:`StoreError`, one line.
         """
-        from autotune.store.schema import ensure_schema, read_schema_state
+        from autotune.store.schema import ensure_schema
 
         resolved = resolve_url(url)
         if existing:
             _require_sqlite_file(resolved)
         engine = make_engine(resolved, create_folder=not existing)
         try:
-            if existing:
-                with engine.connect() as conn:
-                    empty = read_schema_state(conn).empty
-                if empty:
-                    raise StoreError(_no_database(resolved))
-            ensure_schema(engine, resolved, upgrade=create)
+            ensure_schema(engine, resolved, upgrade=create,
+                          missing=_no_database(resolved) if existing else None)
         except BaseException:
             engine.dispose()
             raise

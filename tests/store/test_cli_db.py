@@ -26,7 +26,8 @@ def run(*args: str) -> tuple[int, str, str]:
 
 
 def one_error_line(err: str) -> str:
-    lines = err.strip().splitlines()
+    """The error, one line (after the line naming the database the command read)."""
+    lines = [ln for ln in err.strip().splitlines() if not ln.startswith("database: ")]
     assert len(lines) == 1, err
     assert lines[0].startswith("error: "), err
     return lines[0]
