@@ -263,6 +263,17 @@ class Sim(_Model):
                          description="Simulated drafter: dspark, eagle3-mla or none.")
 
 
+class Hardware(_Model):
+    """What one replica runs on (the guided search's step-cost priors come from it)."""
+
+    gpu: str | None = Field(
+        default=None,
+        description="GPU kind of a replica (H200, H100, A100, L40S, B200, MI300X); unknown or "
+                    "absent: the step cost is learned from the runs.")
+    count: int | None = Field(default=None, ge=1,
+                              description="GPUs per replica (default serve.gpus_per_replica).")
+
+
 class Search(_Model):
     strategy: Literal["guided", "tpe", "random", "gp", "grid"] = Field(
         default="guided",
@@ -289,6 +300,8 @@ class Policy(_Model):
     schedule: Schedule = Field(default_factory=Schedule,
                                description="When the daemon re-tunes.")
     sim: Sim = Field(default_factory=Sim, description="The embedded simulator's setting.")
+    hardware: Hardware = Field(default_factory=Hardware,
+                               description="The accelerators of one replica.")
     search: Search = Field(default_factory=Search, description="How configs are searched.")
 
     @model_validator(mode="after")

@@ -39,7 +39,7 @@ from autotune.predict.facts import Facts
 from autotune.predict.observation import Observation
 from autotune.predict.replica import ReplicaOutcomes, predict_replica
 from autotune.predict.residual import GP_SCALE, fit_residual
-from autotune.predict.step_cost import COST_PARTS, StepCostModel
+from autotune.predict.step_cost import StepCostModel
 from autotune.predict.workload import ConfigGrid, ReplicaFactors, WorkloadModel
 from autotune.types import Request, Slo, TrialConfig
 
@@ -47,8 +47,6 @@ __all__ = ["Prediction", "Predictor"]
 
 FloatArray = npt.NDArray[np.float64]
 
-#: Prior standard deviation of each cost part's log-multiplier (how far the facts may be off).
-_COST_PRIOR_SD = {"fixed": 0.6, "experts": 0.4, "tokens": 0.4, "attention": 0.6, "drafter": 0.8}
 _STEP_SD = 0.05          # measurement noise of a run's mean step time (log)
 #: Prior sd of the replica model's fitted factors (log): ITL durations, TTFT wait, slot wait.
 _FACTOR_PRIOR_SD = {"itl": 0.15, "ttft": 0.5, "slots": 0.5}
@@ -89,9 +87,9 @@ class Predictor:
     def __init__(self, requests: Sequence[Request], configs: Iterable[TrialConfig], *,
                  block: int, objective: str, slo: Slo, warmup: int = 0, mode: str = "trace",
                  time_scale: float = 1.0, concurrency: int = 1, find_capacity: bool = True,
-                 max_model_len: int | None = None, facts: Facts | None = None,
+                 max_model_len: int | None = None, facts: Facts,
                  fit_factors: bool = True) -> None:
-        self.facts = facts or Facts()
+        self.facts = facts
         self.fit_factors = fit_factors
         self.block = block
         self.objective = objective
@@ -148,7 +146,7 @@ class Predictor:
         grid = ConfigGrid.of([o.config for o in pts])
         scale = np.asarray([o.scale or wl.time_scale for o in pts])
         measured = np.log(np.asarray([o.step_s for o in pts], dtype=np.float64))
-        sd = np.asarray([_COST_PRIOR_SD[p] for p in COST_PARTS])
+        sd = self.cost.prior_sd()
 
         def residuals(x: FloatArray) -> FloatArray:
             at = predict_replica(wl, grid, self.cost.with_scale(x), self.factors, self.objective,

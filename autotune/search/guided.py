@@ -29,11 +29,13 @@ from autotune.acceptance import HeadCalibration
 from autotune.objective import Outcome
 from autotune.policy import Policy
 from autotune.predict import Observation, Prediction, Predictor
+from autotune.predict.facts import Facts, UndescribedReplica, describe_replica
 from autotune.search.sampler import create_tpe
 from autotune.search.strategy import Proposal, Strategy, StrategySetup
 from autotune.types import Measurement, Request, TrialConfig
 
-__all__ = ["Guide", "GuideDecision", "GuidedStrategy", "create_guided", "make_guide"]
+__all__ = ["Guide", "GuideDecision", "GuidedStrategy", "create_guided", "make_guide",
+           "policy_facts"]
 
 log = logging.getLogger(__name__)
 
@@ -124,16 +126,26 @@ class Guide:
 
 
 def make_guide(requests: Sequence[Request], configs: Iterable[TrialConfig], policy: Policy,
-               *, epsilon: float | None = None) -> Guide:
-    """A guide for one workload of a policy (its SLO, objective, replay, serve block)."""
+               *, epsilon: float | None = None, facts: Facts | None = None) -> Guide:
+    """A guide for one workload of a policy (its SLO, objective, replay, serve block, and the
+    facts of its model, drafter and hardware: :func:`policy_facts`)."""
     replay = policy.replay
     predictor = Predictor(
         requests, configs, block=policy.serve.draft_block_size,
         objective=policy.objective.maximize, slo=policy.objective.slo.slo(),
         warmup=replay.warmup_requests, mode=replay.mode, time_scale=replay.time_scale,
         concurrency=replay.concurrency, find_capacity=replay.find_capacity,
-        max_model_len=policy.serve.max_model_len)
+        max_model_len=policy.serve.max_model_len,
+        facts=facts if facts is not None else policy_facts(policy))
     return Guide(predictor, policy.search.epsilon if epsilon is None else epsilon)
+
+
+def policy_facts(policy: Policy) -> Facts:
+    """The predictor's facts for a policy's replica (raises UndescribedReplica)."""
+    serve, hw = policy.serve, policy.hardware
+    return describe_replica(model=serve.model, draft_model=serve.draft_model,
+                            method=serve.method, tensor_parallel=serve.tensor_parallel_size,
+                            gpu=hw.gpu, gpu_count=hw.count or max(serve.gpus_per_replica, 1))
 
 
 class GuidedStrategy(Strategy):
@@ -161,9 +173,19 @@ class GuidedStrategy(Strategy):
 
 
 def create_guided(setup: StrategySetup) -> Strategy:
-    """The guided strategy for a workload; without requests to predict from, TPE (logged)."""
+    """The guided strategy for a workload; TPE (with a one-line warning saying why) when there
+    are no requests to predict from or the replica cannot be described."""
     if not setup.requests:
         log.warning("search.strategy guided needs the workload's requests to predict from; "
                     "none were given, so TPE searches instead")
         return create_tpe(setup)
-    return GuidedStrategy(make_guide(setup.requests, setup.configs, setup.policy))
+    try:
+        facts = policy_facts(setup.policy)
+    except UndescribedReplica as e:
+        log.warning("search.strategy guided cannot describe the replica: %s; TPE searches "
+                    "instead", e)
+        return create_tpe(setup)
+    for note in facts.notes:
+        log.info("guided search: %s", note)
+    return GuidedStrategy(make_guide(setup.requests, setup.configs, setup.policy,
+                                     facts=facts))

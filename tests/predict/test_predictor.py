@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from autotune.predict import Facts, Observation, Predictor, StepCostModel, decode_stats
+from autotune.predict import Observation, Predictor, StepCostModel, decode_stats
+from autotune.predict.facts import kimi_h200_facts
 from autotune.types import AcceptanceCounts, Measurement, Request, Slo, TrialConfig
 
 
@@ -20,7 +21,7 @@ def requests(n: int = 120, c: float = 0.85, prompt: int = 300, out: int = 200,
 
 
 def test_expert_touch_and_coefficients_follow_the_published_facts() -> None:
-    f = Facts()
+    f = kimi_h200_facts()
     cost = StepCostModel(f)
     # Kimi-K2: a step of t tokens touches 384·(1-(1-8/384)^t) distinct experts per layer
     for t in (1, 2, 8, 64, 1024):
@@ -30,15 +31,18 @@ def test_expert_touch_and_coefficients_follow_the_published_facts() -> None:
     # one routed expert of one layer: 3·7168·2048 INT4 weights (+ group-32 scales) over 8 GPUs,
     # read at 70% of the H200's 4.8 TB/s
     assert c["expert_s"] == pytest.approx(3 * 7168 * 2048 * (0.5 + 2 / 32) / 8 / (4.8e12 * 0.7))
-    # 2·32e9 FLOPs per token over 8 GPUs at half of 989 dense BF16 TFLOPS
-    assert c["token_s"] == pytest.approx(2 * 32e9 / 8 / (989e12 * 0.5))
+    # 2·32e9 FLOPs per token over 8 GPUs at half of 989 dense BF16 TFLOPS (32B active,
+    # counted from config.json: 31.5B without the embedding lookup)
+    assert f.model.active_params == pytest.approx(32e9, rel=0.03)
+    assert c["token_s"] == pytest.approx(2 * f.model.active_params / 8 / (989e12 * 0.5))
+    assert f.model.routed_params == pytest.approx(1.0e12, rel=0.03)  # "1T total"
     # MLA latent 576 values × 2 bytes × 61 layers per context token
     assert c["kv_token_s"] == pytest.approx(576 * 2 * 61 / (4.8e12 * 0.7))
     assert 2e5 < f.kv_cache_tokens() < 2e6
 
 
 def test_wider_windows_cost_more_and_the_marginal_token_gets_cheaper() -> None:
-    cost = StepCostModel()
+    cost = StepCostModel(kimi_h200_facts())
     one = np.array([1.0])
     base = cost.step(np.array([2.0]), one, one * 500, one * 0, one * 1, one * 0)[0]
     wide = cost.step(np.array([8.0]), one, one * 500, one * 0, one * 7, one * 0)[0]
@@ -49,7 +53,7 @@ def test_wider_windows_cost_more_and_the_marginal_token_gets_cheaper() -> None:
 
 def predictor(reqs: list[Request], configs: list[TrialConfig], **kw: object) -> Predictor:
     args: dict[str, object] = {"block": 8, "objective": "goodput", "slo": Slo(3000, 100),
-                               "warmup": 4}
+                               "warmup": 4, "facts": kimi_h200_facts()}
     args.update(kw)
     return Predictor(reqs, configs, **args)  # type: ignore[arg-type]
 

@@ -86,11 +86,13 @@ def test_a_prediction_loads_no_backend_module() -> None:
 import sys
 from autotune.search.guided import Guide
 from autotune.predict import Observation, Predictor
+from autotune.predict.facts import kimi_h200_facts
 from autotune.types import AcceptanceCounts, Request, Slo, TrialConfig
 reqs = [Request(id=str(i), prompt_tokens=200, output_tokens=100, arrival_s=i * 0.5,
                 acceptance=(0.8,) * 8) for i in range(60)]
 configs = [TrialConfig(n, False, s, 4096) for n in (1, 3, 5) for s in (8, 64)]
-p = Predictor(reqs, configs, block=8, objective="goodput", slo=Slo(3000, 60), warmup=4)
+p = Predictor(reqs, configs, block=8, objective="goodput", slo=Slo(3000, 60), warmup=4,
+              facts=kimi_h200_facts())
 g = Guide(p, 0.005)
 counts = AcceptanceCounts(1000, 7000, 2500, (700, 500, 400, 300, 250, 200, 150))
 g.observe(TrialConfig(7, False, 1024, 8192), 1.0, True,

@@ -27,7 +27,9 @@ def requests(n: int = 100) -> list[Request]:
 def make_policy(**over: Any) -> Policy:
     data: dict[str, Any] = {
         "name": "t",
-        "serve": {"model": "m", "draft_model": "d", "draft_block_size": 8},
+        "serve": {"model": "moonshotai/Kimi-K2.6", "draft_model": "novita/kimi-k2.6-dspark",
+                  "draft_block_size": 8},
+        "hardware": {"gpu": "H200", "count": 8},
         "space": {"num_speculative_tokens": [1, 3, 5, 7],
                   "enable_adaptive_verification": [False],
                   "max_num_seqs": [8, 64, 256], "max_num_batched_tokens": [2048, 8192]},
@@ -196,3 +198,13 @@ def test_guided_finds_a_near_best_config_on_the_simulator(tmp_path: Path) -> Non
     assert best_guided >= 0.95 * best
     assert g.predictor.calibration.ece_before is not None
     assert math.isfinite(g.predictor.model_error)
+
+
+def test_a_replica_the_predictor_cannot_describe_falls_back_to_tpe_and_says_why(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    policy = make_policy(serve={"model": "acme/unknown-model"})
+    s = open_search(policy, "r", "w", f"sqlite:///{tmp_path}/o.db", requests=requests())
+    assert s.strategy.kind == "tpe"
+    warning = " ".join(r.getMessage() for r in caplog.records)
+    assert "cannot describe the replica: no config.json for 'acme/unknown-model'" in warning
+    assert "TPE searches instead" in warning

@@ -25,7 +25,9 @@ BASELINE = TrialConfig(7, False, 1024, 8192)
 def make_policy(strategy: str, trials: int) -> Policy:
     return policy_from_mapping({
         "name": "t",
-        "serve": {"model": "m", "draft_model": "d", "draft_block_size": 8},
+        "serve": {"model": "moonshotai/Kimi-K2.6", "draft_model": "novita/kimi-k2.6-dspark",
+                  "draft_block_size": 8},
+        "hardware": {"gpu": "H200", "count": 8},
         "space": {"num_speculative_tokens": [1, 3, 5], "enable_adaptive_verification": [False],
                   "max_num_seqs": [8, 64], "max_num_batched_tokens": [4096]},
         "objective": {"slo": {"ttft_p99_ms": 3000, "itl_p99_ms": 60}},
