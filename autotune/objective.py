@@ -13,9 +13,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from autotune.slo import margin_from_summary
 from autotune.types import Measurement, Slo
 
-__all__ = ["Outcome", "score_measurement"]
+__all__ = ["CLOSE_CALL", "Outcome", "close_call", "meets_target", "score_measurement",
+           "slo_margin"]
+
+#: A reading this close to failing (log margin, about 10%) is read again before it is trusted.
+CLOSE_CALL = 0.1
 
 
 @dataclass(frozen=True)
@@ -47,3 +52,24 @@ def score_measurement(measurement: Measurement, objective: str, slo: Slo) -> Out
     value = float(raw) if isinstance(raw, int | float) and math.isfinite(raw) else 0.0
     return Outcome(value=value, constraints=measurement.slo_check(slo).constraints,
                    summary=summary)
+
+
+def meets_target(outcome: Outcome, target: float) -> bool:
+    """The trial meets the SLO at ``target`` × the sample's rate: its capacity reaches it, or
+    (no capacity reading) it met the SLO as replayed."""
+    scale, met = outcome.summary.get("load_scale"), outcome.summary.get("capacity_met_slo")
+    if not isinstance(scale, int | float) or met is None:
+        return outcome.feasible
+    return bool(met) and outcome.feasible and scale >= target * (1 - 1e-9)
+
+
+def slo_margin(outcome: Outcome, slo: Slo, target: float) -> float:
+    """How far a reading is from failing, in log units (negative: it fails):
+    :func:`autotune.slo.margin_from_summary` of its summary."""
+    return margin_from_summary(outcome.summary, slo, target)
+
+
+def close_call(outcome: Outcome, slo: Slo, target: float) -> bool:
+    """Meets the SLO, but within :data:`CLOSE_CALL` of failing (one reading is not enough)."""
+    return 0.0 <= slo_margin(outcome, slo, target) < CLOSE_CALL and meets_target(outcome,
+                                                                                 target)

@@ -19,12 +19,14 @@ This module is a leaf: it imports nothing from autotune (``autotune.types`` re-e
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Slo", "SloCheck", "quantile_ms"]
+__all__ = ["Slo", "SloCheck", "margin_from_summary", "quantile_ms"]
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -107,3 +109,25 @@ class Slo:
                 constraints[name] = measured - bound if math.isfinite(measured) else bound
         constraints["failed_requests"] = float(failed) if ok.size else 1.0
         return SloCheck(ttft, itl, failed, constraints)
+
+
+def margin_from_summary(summary: Mapping[str, Any], slo: Slo, target: float) -> float:
+    """How far a trial's reading is from failing the SLO, in log units (negative: it fails).
+
+    With the capacity reading (``load_scale`` and ``capacity_met_slo`` in the summary):
+    log(capacity / target), 1 lower when no rate tried met the SLO (the capacity lies below the
+    slowest one tried). Otherwise the tightest of log(bound / p99) over the SLO's bounds;
+    failed requests make it -1 at most. ``target`` is the rate to serve, × the sample's.
+    """
+    scale, met = summary.get("load_scale"), summary.get("capacity_met_slo")
+    if isinstance(scale, int | float) and met is not None and scale > 0:
+        return math.log(scale / target) - (0.0 if met else 1.0)
+    margins = [1.0]
+    for name, bound in (("ttft_p99_ms", slo.ttft_p99_ms), ("itl_p99_ms", slo.itl_p99_ms)):
+        measured = summary.get(name)
+        if bound is not None:
+            margins.append(math.log(bound / measured) if isinstance(measured, int | float)
+                           and measured > 0 else -1.0)
+    if summary.get("failed_requests"):
+        margins.append(-1.0)
+    return min(margins)

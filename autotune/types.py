@@ -245,6 +245,14 @@ class Measurement:
         """Per request: meets the SLO as goodput counts it (:meth:`Slo.met_by_requests`)."""
         return slo.met_by_requests(self.ok, self.ttft_s, self.tpot_s)
 
+    def decode_totals(self) -> tuple[float, float, float]:
+        """Σ decode time (E2E - TTFT) and Σ decoded tokens (output - 1) over completed
+        requests, and the measured span: what a mean step time and a mean decoding batch are
+        read from (any server's per-request latencies give them)."""
+        ok = self.ok
+        return (float((self.e2e_s - self.ttft_s)[ok].sum()),
+                float((self.output_tokens[ok] - 1).clip(min=0).sum()), float(self.duration_s))
+
     def slo_check(self, slo: Slo) -> SloCheck:
         """The replay judged against ``slo`` (:meth:`Slo.check`): p99s, failures, verdict."""
         return slo.check(self.ok, self.ttft_s, self.itl_s)

@@ -7,10 +7,11 @@ from autotune.acceptance.calibration import (
     HeadCalibration,
     calibrate,
     ece,
+    measured_conditional,
     usable,
 )
 from autotune.acceptance.curves import (
-    NOVITA_K26_SURVIVAL,
+    UNINFORMED_CONDITIONAL,
     AcceptanceModel,
     curve_from_counts,
     curve_from_predictions,
@@ -19,7 +20,7 @@ from autotune.acceptance.curves import (
 )
 
 __all__ = [
-    "NOVITA_K26_SURVIVAL",
+    "UNINFORMED_CONDITIONAL",
     "AcceptanceModel",
     "CountsObservation",
     "HeadCalibration",
@@ -27,6 +28,7 @@ __all__ = [
     "curve_from_counts",
     "curve_from_predictions",
     "ece",
+    "measured_conditional",
     "prior_conditional",
     "survival_matrix",
     "usable",

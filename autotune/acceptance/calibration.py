@@ -85,6 +85,28 @@ class CountsObservation:
         return out
 
 
+def measured_conditional(observations: Sequence[CountsObservation],
+                         block: int) -> FloatArray | None:
+    """The conditional acceptance per position the runs measured, pooled over runs (a run at
+    window N measures positions 1..N), continued past the widest window with its last value.
+    For samples without the head's predictions. None without usable counters."""
+    obs = [o for o in observations if usable(o)]
+    if not obs:
+        return None
+    width = min(block, max(o.window for o in obs))
+    accepted = np.zeros(width)
+    exposed = np.zeros(width)
+    for o in obs:
+        w = min(o.window, width)
+        accepted[:w] += np.asarray(o.counts.accepted_per_pos[:w], dtype=np.float64)
+        exposed[:w] += o.exposure[:w]
+    cond = np.divide(accepted, exposed, out=np.zeros(width), where=exposed > 0)
+    out = np.full(block, cond[-1])
+    out[:width] = cond
+    result: FloatArray = np.clip(out, 0.0, 1.0)
+    return result
+
+
 def usable(obs: CountsObservation) -> bool:
     """Counters with drafts, one per position, and every draft verifying the whole window."""
     c = obs.counts

@@ -31,7 +31,7 @@ import numpy.typing as npt
 from autotune.types import AcceptanceCounts, AcceptanceCurve, Request
 
 __all__ = [
-    "NOVITA_K26_SURVIVAL",
+    "UNINFORMED_CONDITIONAL",
     "AcceptanceModel",
     "curve_from_counts",
     "curve_from_predictions",
@@ -41,21 +41,17 @@ __all__ = [
 
 FloatArray = npt.NDArray[np.float64]
 
-#: novita/kimi-k2.6-dspark offline per-position acceptance (survival, positions 1..7;
-#: docs/architecture.md, "Facts"). The prior for requests that carry no prediction when no
-#: request of the workload does.
-NOVITA_K26_SURVIVAL = (0.816, 0.720, 0.652, 0.598, 0.553, 0.512, 0.474)
+#: The conditional acceptance assumed for requests that carry no prediction when no request of
+#: the workload does, until a run measures the drafter's own counters (which then replace it:
+#: autotune.acceptance.measured_conditional). A placeholder, not another model's curve.
+UNINFORMED_CONDITIONAL = 0.6
 
 _EPS = 1e-6
 
 
 def prior_conditional(block: int) -> FloatArray:
-    """Conditional acceptance per position from the novita offline rates, continued flat."""
-    surv = np.asarray(NOVITA_K26_SURVIVAL, dtype=np.float64)
-    cond = surv / np.concatenate([[1.0], surv[:-1]])
-    out = np.full(block, cond[-1])
-    out[: min(block, cond.size)] = cond[:block]
-    return out
+    """:data:`UNINFORMED_CONDITIONAL` at every position."""
+    return np.full(block, UNINFORMED_CONDITIONAL)
 
 
 def survival_matrix(requests: Iterable[Request], block: int) -> FloatArray:

@@ -24,16 +24,22 @@ MIN_SCALE = 1 / 64
 MAX_SCALE = 64.0
 
 
-def _tag(m: Measurement, scale: float, replays: int, feasible: bool,
-         at_target: Measurement, slo: Slo) -> Measurement:
-    """The kept replay, tagged with the scale it ran at and with what the replay at the
-    target rate (the schedule's own ``time_scale``) measured: ``target_*`` p99s and failures,
-    which say by how much a config misses the SLO at the rate it must serve."""
+def _tag(m: Measurement, scale: float, tried: dict[float, tuple[bool, Measurement]],
+         feasible: bool, at_target: Measurement, slo: Slo) -> Measurement:
+    """The kept replay, tagged with the scale it ran at; with what the replay at the target
+    rate (the schedule's own ``time_scale``) measured: ``target_*`` p99s and failures, which
+    say by how much a config misses the SLO at the rate it must serve; and with every replay's
+    decode aggregates (``replay{i}_*``): the same replica at several loads profiles its step
+    time at several batch sizes."""
     check = at_target.slo_check(slo)
-    extra = {**m.extra, "load_scale": scale, "capacity_replays": float(replays),
+    extra = {**m.extra, "load_scale": scale, "capacity_replays": float(len(tried)),
              "capacity_met_slo": 1.0 if feasible else 0.0,
              "target_ttft_p99_ms": check.ttft_p99_ms, "target_itl_p99_ms": check.itl_p99_ms,
              "target_failed_requests": float(check.failed_requests)}
+    for i, (s, (_, replayed)) in enumerate(sorted(tried.items())):
+        decode, tokens, span = replayed.decode_totals()
+        extra.update({f"replay{i}_scale": s, f"replay{i}_decode_time_s": decode,
+                      f"replay{i}_decode_tokens": tokens, f"replay{i}_duration_s": span})
     return replace(m, extra=extra)
 
 
@@ -83,7 +89,7 @@ def replay_at_capacity(replica: Replica, schedule: ReplaySchedule, slo: Slo,
     at_target = tried[schedule.time_scale][1]
     if lo is None:
         slowest = min(tried)
-        kept = _tag(tried[slowest][1], slowest, len(tried), False, at_target, slo)
+        kept = _tag(tried[slowest][1], slowest, tried, False, at_target, slo)
     else:
-        kept = _tag(tried[lo][1], lo, len(tried), True, at_target, slo)
+        kept = _tag(tried[lo][1], lo, tried, True, at_target, slo)
     return replace(kept, wall_time_s=wall)

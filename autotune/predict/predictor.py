@@ -34,11 +34,17 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import numpy.typing as npt
 
-from autotune.acceptance import AcceptanceModel, CountsObservation, HeadCalibration, calibrate
+from autotune.acceptance import (
+    AcceptanceModel,
+    CountsObservation,
+    HeadCalibration,
+    calibrate,
+    measured_conditional,
+)
 from autotune.predict.facts import Facts
 from autotune.predict.observation import Observation
 from autotune.predict.replica import ReplicaOutcomes, predict_replica
-from autotune.predict.residual import GP_SCALE, fit_residual
+from autotune.predict.residual import GP_SCALE, fit_margin, fit_residual
 from autotune.predict.step_cost import StepCostModel
 from autotune.predict.workload import ConfigGrid, ReplicaFactors, WorkloadModel
 from autotune.types import Request, Slo, TrialConfig
@@ -51,7 +57,6 @@ _STEP_SD = 0.05          # measurement noise of a run's mean step time (log)
 #: Prior sd of the replica model's fitted factors (log): ITL durations, TTFT wait, slot wait.
 _FACTOR_PRIOR_SD = {"itl": 0.15, "ttft": 0.5, "slots": 0.5}
 _MIN_GAIN = 1.0          # loss improvement (in squared standard errors) a factor move must bring
-_MARGIN_SD = 0.15        # sd of the model's log margin to the SLO bounds (risk of missing it)
 _Z95 = 1.645             # one-sided z of the 95th percentile
 
 
@@ -90,6 +95,9 @@ class Predictor:
                  max_model_len: int | None = None, facts: Facts,
                  fit_factors: bool = True) -> None:
         self.facts = facts
+        self.slo = slo
+        #: the rate (× the sample's) a config must serve within the SLO
+        self.target = time_scale
         self.fit_factors = fit_factors
         self.block = block
         self.objective = objective
@@ -129,23 +137,44 @@ class Predictor:
         if len(runs) == self._calibrated_runs:
             return
         self._calibrated_runs = len(runs)
+        if self.raw.with_predictions == 0:
+            # no head predictions: the drafter's measured curve is the acceptance model
+            measured = measured_conditional(runs, self.block)
+            if measured is not None:
+                self.calibration = HeadCalibration(scheme="no predictions: measured curve",
+                                                   runs=len(runs))
+                self.workload.set_acceptance(self.workload.align(self.raw.with_conditional(
+                    np.broadcast_to(measured, self.raw.conditional.shape).copy())))
+            return
         self.calibration = calibrate(self.raw, runs)
         self.workload.set_acceptance(self.workload.align(self.calibration.apply_to(self.raw)))
 
+    def _step_points(self) -> list[tuple[TrialConfig, float, float]]:
+        """(config, arrival scale, measured mean step) of every replay the runs made: the
+        capacity reading replays a trace at several rates on one replica, which profiles its
+        step time at several batch sizes for free."""
+        wl = self.workload
+        out = []
+        for o in self.measured:
+            if o.points and wl.mode != "closed":
+                out += [(o.config, scale, step) for scale, step, _ in o.points if step > 0]
+            elif o.step_s and o.step_s > 0 and (o.scale or wl.mode == "closed"):
+                out.append((o.config, o.scale or wl.time_scale, o.step_s))
+        return out
+
     def _fit_cost(self) -> None:
         """Ridge fit of the cost parts' log-multipliers: the replica model's mean decode step
-        (prefill stalls included) at the load each run was measured at, against the run's
-        decode time per token × accepted length."""
+        (prefill stalls included) at every load the runs were replayed at, against the
+        measured decode time per token × accepted length."""
         from scipy.optimize import least_squares
 
         wl = self.workload
-        pts = [o for o in self.measured
-               if o.step_s and o.step_s > 0 and (o.scale or wl.mode == "closed")]
+        pts = self._step_points()
         if not pts:
             return
-        grid = ConfigGrid.of([o.config for o in pts])
-        scale = np.asarray([o.scale or wl.time_scale for o in pts])
-        measured = np.log(np.asarray([o.step_s for o in pts], dtype=np.float64))
+        grid = ConfigGrid.of([c for c, _, _ in pts])
+        scale = np.asarray([s for _, s, _ in pts])
+        measured = np.log(np.asarray([step for _, _, step in pts], dtype=np.float64))
         sd = self.cost.prior_sd()
 
         def residuals(x: FloatArray) -> FloatArray:
@@ -233,7 +262,8 @@ class Predictor:
         else:
             self._fit_bias()
         configs = list(self.configs)
-        extra = [o.config for o in self.measured if o.config not in set(configs)]
+        extra = list(dict.fromkeys(o.config for o in self.observations
+                                   if o.config not in set(configs)))
         grid_all = configs + extra
         out = self.model_outcomes(grid_all)
         index = {c: i for i, c in enumerate(grid_all)}
@@ -242,8 +272,12 @@ class Predictor:
                             if o.feasible and o.value and o.value > 0])
         self.model_error = fit.model_error
         mean, sd = fit.log_mean, fit.log_sd
-        risk = 1.0 - _normal_cdf(out.margin / _MARGIN_SD)
-        risk = np.where(out.feasible, risk, np.maximum(risk, 0.5))
+        margin = fit_margin(grid_all, self._model_margin(out), self.block,
+                            [(index[o.config], -1.0 if o.margin is None else o.margin,
+                              o.margin is None or o.margin_censored)
+                             for o in self.observations
+                             if o.margin is not None or o.value is None])
+        risk = 1.0 - _normal_cdf(margin.log_mean / margin.log_sd)
         if self.too_long:
             risk = np.ones_like(risk)
         preds = {}
@@ -260,6 +294,15 @@ class Predictor:
                         "itl_p99_ms": float(out.itl_p99_ms[i]),
                         "ttft_p99_ms": float(out.ttft_p99_ms[i])})
         self._predictions = preds
+
+    def _model_margin(self, out: ReplicaOutcomes) -> FloatArray:
+        """The model's margin to the SLO at the target rate (log; the measured ones' scale):
+        log(capacity / target) with the capacity reading, else log(bound / p99)."""
+        if self.workload.find_capacity:
+            scale = np.maximum(out.scale, 1e-9)
+            return np.where(out.feasible, np.log(scale / self.target),
+                            np.log(scale / self.target) - 1.0)
+        return np.where(out.feasible, out.margin, np.minimum(out.margin, -0.1))
 
     def predict(self) -> dict[TrialConfig, Prediction]:
         """Predictions for every candidate (and every measured config), refitting if needed."""

@@ -17,7 +17,8 @@ import numpy.typing as npt
 
 from autotune.types import TrialConfig
 
-__all__ = ["GP_NOISE", "GP_OFFSET", "GP_SCALE", "Residual", "fit_residual"]
+__all__ = ["GP_NOISE", "GP_OFFSET", "GP_SCALE", "MARGIN_NOISE", "MARGIN_SCALE", "Residual",
+           "fit_margin", "fit_residual"]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -38,22 +39,26 @@ def _features(configs: Sequence[TrialConfig], block: int) -> FloatArray:
                        for c in configs], dtype=np.float64).reshape(len(configs), 4)
 
 
-def _kernel(a: FloatArray, b: FloatArray, scale: float = GP_SCALE) -> FloatArray:
+def _kernel(a: FloatArray, b: FloatArray, scale: float = GP_SCALE,
+            offset: float = GP_OFFSET, lengths: FloatArray = _LENGTHS) -> FloatArray:
     """A workload-wide offset plus a squared-exponential model error of sd ``scale``."""
-    d = (a[:, None, :] - b[None, :, :]) / _LENGTHS
-    out: FloatArray = GP_OFFSET**2 + scale**2 * np.exp(-0.5 * (d**2).sum(axis=2))
+    d = (a[:, None, :] - b[None, :, :]) / lengths
+    out: FloatArray = offset**2 + scale**2 * np.exp(-0.5 * (d**2).sum(axis=2))
     return out
 
 
-def _model_error(resid: FloatArray, x: FloatArray, noise: FloatArray) -> float:
+def _model_error(resid: FloatArray, x: FloatArray, noise: FloatArray,
+                 scales: Sequence[float] = _SCALES, center: float = GP_SCALE,
+                 prior_sd: float = _SCALE_PRIOR_SD, offset: float = GP_OFFSET,
+                 lengths: FloatArray = _LENGTHS) -> float:
     """The model-error sd that best explains the residuals (type-II maximum likelihood with a
-    log-normal prior around ``GP_SCALE``): small when the runs agree with the model."""
-    best, best_score = GP_SCALE, -math.inf
-    for scale in _SCALES:
-        k = _kernel(x, x, scale) + np.diag(noise)
+    log-normal prior around ``center``): small when the runs agree with the model."""
+    best, best_score = center, -math.inf
+    for scale in scales:
+        k = _kernel(x, x, scale, offset, lengths) + np.diag(noise)
         sign, logdet = np.linalg.slogdet(k)
         fit = float(resid @ np.linalg.solve(k, resid))
-        prior = (math.log(scale / GP_SCALE) / _SCALE_PRIOR_SD) ** 2
+        prior = (math.log(scale / center) / prior_sd) ** 2
         score = -0.5 * (fit + logdet + prior)
         if sign > 0 and score > best_score:
             best, best_score = scale, score
@@ -93,3 +98,46 @@ def fit_residual(configs: Sequence[TrialConfig], model_log: FloatArray, block: i
     v = np.linalg.solve(k_xx, k_sx.T)
     var = np.maximum(GP_OFFSET**2 + scale**2 - (k_sx * v.T).sum(axis=1), 1e-8)
     return Residual(model_log + k_sx @ alpha, np.sqrt(var), scale)
+
+
+#: The model's error on a config's margin to the SLO (log): its prior sd, a workload-wide
+#: part, and the noise of one reading.
+MARGIN_SCALE = 0.3
+MARGIN_OFFSET = 0.4
+MARGIN_NOISE = 0.1
+#: Model-error sds the margin's GP chooses from (the runs show how wrong the model is).
+_MARGIN_SCALES = (0.1, 0.2, 0.3, 0.5, 0.8, 1.2, 2.0, 3.0)
+#: The margin varies more slowly with the window than the objective does (whether a config
+#: keeps up with its traffic is mostly a matter of batching and prefill budget).
+_MARGIN_LENGTHS = np.array([0.5, 0.8, 1.5, 1.2])
+
+
+def fit_margin(configs: Sequence[TrialConfig], model_margin: FloatArray, block: int,
+               measured: Sequence[tuple[int, float, bool]]) -> Residual:
+    """Correct the model's margin to the SLO (log; negative: it fails) by the measured ones.
+
+    ``measured`` holds (config index, margin, censored): a censored margin is only an upper
+    bound (the config missed at every rate tried), so it corrects the model only where the
+    model thought better of it. Every measured margin counts, misses included: a config that
+    missed pulls its neighbours' margins down, one that passed pulls them up. Returns the
+    corrected margin of every config and its sd (the chance it meets the SLO is
+    Φ(mean / sd)).
+    """
+    feats = _features(configs, block)
+    prior = math.sqrt(MARGIN_OFFSET**2 + MARGIN_SCALE**2)
+    if not measured:
+        return Residual(model_margin.copy(), np.full(len(configs), prior), MARGIN_SCALE)
+    rows = [i for i, _, _ in measured]
+    resid = np.asarray([m - model_margin[i] if not censored else min(0.0, m - model_margin[i])
+                        for i, m, censored in measured])
+    x = feats[rows]
+    noise = np.full(len(rows), MARGIN_NOISE**2)
+    scale = _model_error(resid, x, noise, _MARGIN_SCALES, MARGIN_SCALE, 1.0, MARGIN_OFFSET,
+                         _MARGIN_LENGTHS)
+    k_xx = _kernel(x, x, scale, MARGIN_OFFSET, _MARGIN_LENGTHS) + np.diag(noise)
+    k_sx = _kernel(feats, x, scale, MARGIN_OFFSET, _MARGIN_LENGTHS)
+    alpha = np.linalg.solve(k_xx, resid)
+    v = np.linalg.solve(k_xx, k_sx.T)
+    top = MARGIN_OFFSET**2 + scale**2
+    var = np.maximum(top - (k_sx * v.T).sum(axis=1), 1e-6) + MARGIN_NOISE**2
+    return Residual(model_margin + k_sx @ alpha, np.sqrt(var), scale)

@@ -11,7 +11,7 @@ test against the active recommendation (:mod:`~autotune.recommend.significance`)
 from __future__ import annotations
 
 from autotune.recommend.choose import Scored, select_best
-from autotune.recommend.feasibility import Feasibility, judge_feasibility
+from autotune.recommend.feasibility import Feasibility, judge_feasibility, slo_probability
 from autotune.recommend.promotion import export_file_name, export_promoted, should_promote
 from autotune.recommend.provenance import run_provenance, workload_provenance
 from autotune.recommend.schedule import WindowPoint, window_schedule
@@ -46,6 +46,7 @@ __all__ = [
     "run_provenance",
     "select_best",
     "should_promote",
+    "slo_probability",
     "window_schedule",
     "workload_provenance",
 ]

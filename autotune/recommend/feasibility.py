@@ -15,14 +15,19 @@ there, enough replicas at the measured per-replica capacity, or a wider search s
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from autotune.objective import Outcome, slo_margin
 from autotune.policy import Policy
 from autotune.recommend.choose import Scored
+from autotune.slo import Slo
 
-__all__ = ["Feasibility", "judge_feasibility"]
+__all__ = ["Feasibility", "judge_feasibility", "slo_probability"]
+
+#: Spread (log) of one reading's margin to the SLO, before two readings show their own.
+READING_SD = 0.1
 
 #: Prefix of the summary keys the capacity reading adds (autotune.orchestrate.capacity): the
 #: p99s and failures measured at the target rate, whatever rate the trial was finally read at.
@@ -130,3 +135,21 @@ def judge_feasibility(policy: Policy, best: Scored) -> Feasibility:
         f"infeasible: no config measured meets the SLO {mode}; the best, {config}, misses it "
         f"({', '.join(misses) or 'p99s over the bounds'})"
         + (f"; feasible with {slo_fix}" if slo_fix else "") + _space_hint(policy, best))
+
+
+def slo_probability(readings: Sequence[Outcome], slo: Slo, target: float) -> float | None:
+    """The probability that the config meets the SLO at ``target`` when deployed, from its
+    readings' margins (:func:`~autotune.objective.slo_margin`): normal around their mean, with
+    the readings' own spread (at least half of :data:`READING_SD`) or, from one reading,
+    :data:`READING_SD`, shrinking with the number of readings. None without a reading."""
+    from scipy.stats import norm
+
+    margins = [slo_margin(o, slo, target) for o in readings]
+    if not margins:
+        return None
+    n = len(margins)
+    mean = sum(margins) / n
+    spread = (math.sqrt(sum((m - mean) ** 2 for m in margins) / (n - 1)) if n > 1 else
+              READING_SD)
+    sd = max(spread, READING_SD / 2) / math.sqrt(n)
+    return round(float(norm.cdf(mean / sd)), 4)

@@ -16,7 +16,7 @@ from typing import Any
 from autotune.objective import Outcome
 from autotune.policy import Policy
 from autotune.recommend.choose import Scored, select_best
-from autotune.recommend.feasibility import Feasibility, judge_feasibility
+from autotune.recommend.feasibility import Feasibility, judge_feasibility, slo_probability
 from autotune.recommend.promotion import export_promoted, should_promote
 from autotune.recommend.provenance import workload_provenance
 from autotune.store import RecommendationRecord, Store
@@ -78,7 +78,9 @@ def recommend_workload(store: Store, policy: Policy, run_id: str, done: Workload
                        provenance: Mapping[str, Any], *, backend: str, export_dir: Path,
                        seed: int) -> WorkloadResult:
     """Store (and export when promoted) the recommendation of one workload's search."""
-    best = select_best(done.trials, policy.replay.time_scale)
+    slo = policy.objective.slo.slo()
+    target = policy.replay.time_scale
+    best = select_best(done.trials, target, slo)
     baseline = done.baseline
     base_outcome = baseline.outcome if baseline else None
     if best is None or best.outcome is None:
@@ -96,7 +98,11 @@ def recommend_workload(store: Store, policy: Policy, run_id: str, done: Workload
                               remeasured.trial_id if remeasured else None, seed)
     details = workload_provenance(provenance, policy=policy, requests=done.requests,
                                   best=best, trials=done.trials)
+    readings = [t.outcome for t in done.trials
+                if t.config == best.config and t.outcome is not None]
     details["feasibility"] = feasibility.as_dict()
+    details["slo_probability"] = slo_probability(readings, slo, target)
+    details["readings"] = len(readings)
     details["stop_reason"] = done.stop_reason
     details["baseline"] = {
         "config": policy.baseline.config().as_dict(),

@@ -3,15 +3,18 @@
 The loop, per workload, after the baseline trial (which doubles as the profiling run: its
 acceptance counters calibrate the head, its step times and p99s fit the cost model):
 
-1. the predictor scores every candidate config (objective with an interval, and SLO risk);
-2. a candidate whose optimistic prediction (95th percentile) cannot beat the incumbent — the
-   best feasible measured value — is skipped;
+1. the predictor scores every candidate config (objective with an interval, and the chance it
+   meets the SLO at the rate to serve);
+2. a candidate whose chance of meeting the SLO is below :data:`MIN_CHANCE` given the evidence
+   (every measured miss lowers its neighbours' chances) is not run, nor one whose optimistic
+   prediction (95th percentile) cannot beat the incumbent — the best value measured at a
+   config whose every reading met the SLO;
 3. among the rest, the one with the highest expected improvement over the incumbent (the best
-   predicted config when nothing is measured yet) is run next;
+   predicted config when none met the SLO yet) is run next;
 4. each measurement updates the predictor (acceptance calibration, cost fit, residuals);
 5. the search stops when the predicted remaining gain — the largest expected improvement
-   left, relative to the incumbent — is below the policy's ``search.epsilon``, or when the
-   budget is spent.
+   left, relative to the incumbent — is below the policy's ``search.epsilon``, when nothing
+   left can meet the SLO, or when the budget is spent.
 
 :class:`Guide` holds that state for one workload; :class:`GuidedStrategy` is the ``guided``
 strategy of :mod:`autotune.search.strategy` built on it.
@@ -34,8 +37,11 @@ from autotune.search.sampler import create_tpe
 from autotune.search.strategy import Proposal, Strategy, StrategySetup
 from autotune.types import Measurement, Request, TrialConfig
 
-__all__ = ["Guide", "GuideDecision", "GuidedStrategy", "create_guided", "make_guide",
-           "policy_facts"]
+__all__ = ["MIN_CHANCE", "Guide", "GuideDecision", "GuidedStrategy", "create_guided",
+           "make_guide", "policy_facts"]
+
+#: A config whose chance of meeting the SLO is below this is not run.
+MIN_CHANCE = 0.10
 
 log = logging.getLogger(__name__)
 
@@ -80,11 +86,18 @@ class Guide:
                 summary: Mapping[str, Any] | None,
                 measurement: Measurement | None = None) -> None:
         """Feed one finished trial (``value`` None: it failed) back to the predictor."""
+        p = self.predictor
         self.predictor.observe(Observation.from_result(config, value, feasible, summary,
-                                                       measurement))
+                                                       measurement, slo=p.slo,
+                                                       target=p.target))
 
     def incumbent(self) -> float | None:
-        values = [o.value for o in self.predictor.measured if o.feasible and o.value]
+        """The best value measured at a config whose every reading met the SLO."""
+        readings: dict[TrialConfig, list[Observation]] = {}
+        for o in self.predictor.observations:
+            readings.setdefault(o.config, []).append(o)
+        values = [sum(o.value or 0.0 for o in obs) / len(obs) for obs in readings.values()
+                  if all(o.meets and o.value for o in obs)]
         return max(values) if values else None
 
     # -- proposals --------------------------------------------------------------------------
@@ -97,15 +110,22 @@ class Guide:
     def propose(self, exclude: Iterable[TrialConfig] = ()) -> GuideDecision:
         """The next config to run (None: stop), never one of ``exclude`` (measured, running)."""
         skip = set(exclude) | {o.config for o in self.predictor.observations}
-        ranked = [p for p in self.rank() if p.config not in skip]
+        unmeasured = [p for p in self.rank() if p.config not in skip]
         best = self.incumbent()
-        if not ranked:
+        if not unmeasured:
             return self._note(None, "every candidate is measured or running", best, 0.0, 0, 0)
+        ranked = [p for p in unmeasured if 1.0 - p.risk >= MIN_CHANCE]
+        hopeless = len(unmeasured) - len(ranked)
+        if not ranked:
+            return self._note(None, f"nothing left can meet the SLO (each of the "
+                                    f"{hopeless} unmeasured configs has a chance below "
+                                    f"{MIN_CHANCE:.0%} given the runs)", best, 0.0,
+                              len(unmeasured), hopeless)
         if best is None:
-            return self._note(ranked[0].config, "best predicted (no feasible measurement yet)",
-                              None, math.inf, len(ranked), 0)
+            return self._note(ranked[0].config, "best predicted (none measured meets the SLO "
+                                                "yet)", None, math.inf, len(ranked), hopeless)
         alive = [p for p in ranked if p.high > best]
-        pruned = len(ranked) - len(alive)
+        pruned = len(unmeasured) - len(alive)
         if not alive:
             return self._note(None, "no candidate's optimistic prediction beats the incumbent",
                               best, 0.0, len(ranked), pruned)

@@ -7,6 +7,11 @@ traffic); then the strategy (:mod:`autotune.search.strategy`) picks. It keeps th
 a config measured or in flight is never handed out twice — several asks may be outstanding at
 once when replicas run in parallel. Every trial is kept in the workload's Optuna study
 (:mod:`autotune.search.study`), so a restarted run resumes without repeating one.
+
+One config is run twice on purpose: the best one so far, when its only reading passed the SLO
+by less than :data:`~autotune.objective.CLOSE_CALL` (a p99 within about 10% of its bound, or a
+capacity within 10% of the target rate). It is read again before the search stops, or with the
+last trial of the budget, so that one favourable reading is never what gets recommended.
 """
 
 from __future__ import annotations
@@ -16,10 +21,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from autotune.errors import SearchError
-from autotune.objective import Outcome
+from autotune.objective import Outcome, close_call, meets_target
 from autotune.search.strategy import Strategy, StrategySetup, create_strategy
 from autotune.search.study import TrialStudy, study_name
-from autotune.types import KNOB_NAMES, Measurement, Request, TrialConfig
+from autotune.types import KNOB_NAMES, Measurement, Request, Slo, TrialConfig
 
 if TYPE_CHECKING:
     from autotune.policy import Policy
@@ -37,6 +42,7 @@ class Suggestion:
     study_trial: int | None
     is_baseline: bool = False
     is_incumbent: bool = False
+    is_repeat: bool = False  # a second reading of a close call
 
 
 @dataclass(frozen=True)
@@ -54,7 +60,8 @@ class Searcher:
 
     def __init__(self, strategy: Strategy, study: TrialStudy, *,
                  space: Sequence[TrialConfig], baseline: TrialConfig, budget: int,
-                 incumbent: TrialConfig | None = None, past: Iterable[PastTrial] = ()) -> None:
+                 incumbent: TrialConfig | None = None, past: Iterable[PastTrial] = (),
+                 slo: Slo | None = None, target: float = 1.0) -> None:
         if not space:
             raise SearchError("the policy's space holds no config; check policy.space")
         self.strategy = strategy
@@ -63,15 +70,20 @@ class Searcher:
         self.baseline = baseline
         self.budget = budget
         self.incumbent = incumbent
+        #: the SLO and the rate (× the sample's) a winner must meet them at (None: no repeats)
+        self.slo = slo
+        self.target = target
         #: why the search stopped (empty while it can still ask)
         self.stop_reason = ""
         self._measured: dict[TrialConfig, Outcome | None] = {}
+        self._readings: dict[TrialConfig, list[Outcome | None]] = {}
         self._pending: dict[int, Suggestion] = {}
         self._next_number = 0
         self._finished = 0
         self._baseline_done = False
         for t in past:
             self._measured[t.config] = t.outcome
+            self._readings.setdefault(t.config, []).append(t.outcome)
             self.strategy.observe(t.config, t.outcome, None)
             self._next_number = max(self._next_number, t.number + 1)
             self._finished += 1
@@ -100,12 +112,19 @@ class Searcher:
         inc = self.incumbent
         if inc is not None and inc not in self._measured and inc not in running:
             return self._issue(inc, None, is_incumbent=True)
+        confirm = self._unconfirmed_winner(running)
+        if confirm is not None and self._finished + len(self._pending) == self.budget - 1:
+            return self._repeat(confirm)  # the last trial of the budget confirms the winner
         if not self.space - self._measured.keys() - running:
+            if confirm is not None and not running:
+                return self._repeat(confirm)
             self._stop("every config of the space is measured", running)
             return None
         proposal = self.strategy.propose(self._measured, running)
         config = proposal.config
         if config is None:
+            if confirm is not None and not running:
+                return self._repeat(confirm)
             self._stop(proposal.reason, running)
             return None
         if config in self._measured or config in running or config not in self.space:
@@ -122,6 +141,7 @@ class Searcher:
             raise SearchError(f"trial {suggestion.number} was not asked")
         self._finished += 1
         self._measured[suggestion.config] = outcome
+        self._readings.setdefault(suggestion.config, []).append(outcome)
         self._baseline_done |= suggestion.is_baseline
         self.strategy.observe(suggestion.config, outcome, measurement)
         if suggestion.study_trial is not None:
@@ -129,14 +149,44 @@ class Searcher:
         elif suggestion.config in self.space:
             self.study.record(suggestion.config, outcome)  # measured outside the study
 
+    def readings(self, config: TrialConfig) -> list[Outcome | None]:
+        """Every reading of ``config`` so far (two for a confirmed close call)."""
+        return list(self._readings.get(config, ()))
+
+    def _unconfirmed_winner(self, running: set[TrialConfig]) -> TrialConfig | None:
+        """The best config so far, when its one reading is a close call (else None)."""
+        if self.slo is None:
+            return None
+        best: tuple[float, TrialConfig] | None = None
+        for config, readings in self._readings.items():
+            if not readings or any(o is None or not meets_target(o, self.target)
+                                   for o in readings):
+                continue
+            value = sum(o.value for o in readings if o is not None) / len(readings)
+            if best is None or value > best[0]:
+                best = (value, config)
+        if best is None or best[1] in running:
+            return None
+        readings = self._readings[best[1]]
+        first = readings[0]
+        if len(readings) > 1 or first is None or not close_call(first, self.slo, self.target):
+            return None
+        return best[1]
+
+    def _repeat(self, config: TrialConfig) -> Suggestion:
+        trial = self.study.ask_for(config) if config in self.space else None
+        return self._issue(config, trial, is_repeat=True)
+
     def _stop(self, reason: str, running: set[TrialConfig]) -> None:
         """Nothing to run now; for good when nothing runs (a result may change the plan)."""
         if not running:
             self.stop_reason = reason
 
     def _issue(self, config: TrialConfig, study_trial: int | None, *,
-               is_baseline: bool = False, is_incumbent: bool = False) -> Suggestion:
-        s = Suggestion(self._next_number, config, study_trial, is_baseline, is_incumbent)
+               is_baseline: bool = False, is_incumbent: bool = False,
+               is_repeat: bool = False) -> Suggestion:
+        s = Suggestion(self._next_number, config, study_trial, is_baseline, is_incumbent,
+                       is_repeat)
         self._next_number += 1
         self._pending[s.number] = s
         return s
@@ -156,4 +206,5 @@ def open_search(policy: Policy, run_id: str, workload: str, storage_url: str, *,
         strategy = create_strategy(policy.search.strategy, StrategySetup(
             configs=configs, seed=seed, study=study, policy=policy, requests=requests))
     return Searcher(strategy, study, space=configs, baseline=policy.baseline.config(),
-                    budget=policy.budget.trials, incumbent=incumbent, past=past)
+                    budget=policy.budget.trials, incumbent=incumbent, past=past,
+                    slo=policy.objective.slo.slo(), target=policy.replay.time_scale)

@@ -66,6 +66,11 @@ def pass_notes(results: Sequence[WorkloadResult]) -> list[str]:
         parts = []
         if r.recommendation is None or r.status == "infeasible" or not r.promoted:
             parts.append(r.reason)
+        p = r.recommendation.provenance.get("slo_probability") if r.recommendation else None
+        if isinstance(p, float) and r.status != "infeasible":
+            n = r.recommendation.provenance.get("readings", 1) if r.recommendation else 1
+            parts.append(f"meets the SLO with probability {p:.2f} ({n} reading"
+                         f"{'s' if n != 1 else ''})")
         if r.stop_reason:
             parts.append(f"search stopped: {r.stop_reason}")
         if r.export_path:

@@ -80,8 +80,8 @@ class RichReporter(Reporter):
         task = self._tasks.get(workload)
         if task is not None:
             self.progress.advance(task)
-        tag = "baseline " if s.is_baseline else ("active, re-measured " if s.is_incumbent
-                                                  else "")
+        tag = ("baseline " if s.is_baseline else "active, re-measured " if s.is_incumbent
+               else "read again " if s.is_repeat else "")
         if outcome is None:
             first = (error or "failed").splitlines()[0]
             self.progress.console.print(f"  {workload} #{s.number} {tag}{s.config.short()}: "

@@ -93,9 +93,8 @@ def test_requests_without_predictions_get_the_workload_mean_or_the_prior() -> No
     assert np.allclose(model.conditional[1], 0.8)
     none = AcceptanceModel.from_requests([Request(id="y", prompt_tokens=5, output_tokens=5)], 8)
     assert np.allclose(none.conditional[0], prior_conditional(8))
-    # the prior is the novita K2.6 DSpark offline survival (docs/architecture.md, "Facts")
-    assert np.cumprod(prior_conditional(8))[:7] == pytest.approx(
-        [0.816, 0.720, 0.652, 0.598, 0.553, 0.512, 0.474])
+    # a placeholder until runs measure the drafter's counters, not another model's curve
+    assert np.allclose(prior_conditional(8), 0.6)
 
 
 def test_short_prediction_lists_continue_with_their_last_value() -> None:

@@ -181,3 +181,72 @@ def test_uniform_grid_interpolation_matches_the_searched_one() -> None:
         searched = interp_rows(xp, fp, x, extend=extend)
         divided = interp_rows(xp, fp, x, extend=extend, uniform=True)
         np.testing.assert_allclose(divided, searched, rtol=1e-12, atol=1e-12)
+
+
+def test_only_what_a_vllm_server_reports_reaches_the_predictor() -> None:
+    """A backend's own extra readings (the simulator's mean step, batch, KV use) change no
+    prediction: the observation reads a whitelist of server-observable fields."""
+    configs = [TrialConfig(n, False, s, 8192) for n in (1, 3, 5) for s in (8, 64)]
+    base = TrialConfig(7, False, 1024, 8192)
+    counts = AcceptanceCounts(2000, 14000, 5000, (1500, 1000, 800, 600, 500, 350, 250))
+    summary = {"acceptance": counts.as_dict(), "load_scale": 2.0, "capacity_met_slo": 1.0,
+               "itl_p99_ms": 60.0, "ttft_p99_ms": 800.0, "decode_time_s": 300.0,
+               "decode_tokens": 20000.0, "duration_s": 40.0}
+    sim_extras = {"mean_step_ms": 1e6, "mean_batch_size": 1e6, "kv_peak_utilization": 0.99,
+                  "steps": 3.0, "preemptions": 1e5, "out_of_order_arrivals": 7.0}
+    preds = []
+    for extra in ({}, sim_extras):
+        p = predictor(requests(), configs)
+        p.observe(Observation.from_result(base, 5.0, True, {**summary, **extra},
+                                          slo=Slo(3000, 100), target=1.0))
+        preds.append({c: (x.value, x.risk) for c, x in p.predict().items()})
+    assert preds[0] == preds[1]
+    obs = Observation.from_result(base, 5.0, True, {**summary, **sim_extras})
+    assert obs.step_s == pytest.approx(300.0 / 20000.0 * counts.mean_accepted_length)
+
+
+def test_measured_misses_rule_out_their_neighbours() -> None:
+    """Long prompts: configs with a small prefill budget miss the SLO at the sample's rate
+    (the capacity reading finds no rate that meets it). After four such misses and one pass
+    at 16384 tokens (10× the capacity the model expected), the predictor gives every
+    small-budget config under a 10% chance, which the guided search does not run, and brings
+    the pass's neighbours back into play."""
+    configs = [TrialConfig(n, False, s, t) for n in (1, 3, 5) for s in (8, 64)
+               for t in (4096, 8192, 16384)]
+    p = predictor(requests(prompt=6000, out=150), configs, slo=Slo(3000, 100))
+    miss = {"load_scale": 1 / 64, "capacity_met_slo": 0.0, "itl_p99_ms": 150.0,
+            "ttft_p99_ms": 9000.0}
+    ok = {"load_scale": 1.2, "capacity_met_slo": 1.0, "itl_p99_ms": 90.0, "ttft_p99_ms": 2500.0}
+    missed = [TrialConfig(3, False, 64, 4096), TrialConfig(1, False, 8, 8192),
+              TrialConfig(5, False, 8, 4096), TrialConfig(1, False, 64, 8192)]
+    for config in missed:
+        p.observe(Observation.from_result(config, 0.1, False, miss, slo=Slo(3000, 100)))
+    p.observe(Observation.from_result(TrialConfig(3, False, 64, 16384), 2.0, True, ok,
+                                      slo=Slo(3000, 100)))
+    chance = {c: 1.0 - x.risk for c, x in p.predict().items()}
+    small = [c for c in configs if c.max_num_batched_tokens <= 8192]
+    assert max(chance[c] for c in small) < 0.10
+    neighbours = [c for c in configs if c.max_num_batched_tokens == 16384
+                  and c.max_num_seqs == 64]
+    assert min(chance[c] for c in neighbours) > 0.10
+
+
+def test_without_predictions_the_measured_counters_are_the_acceptance_model() -> None:
+    """A sample with no head predictions: the baseline's counters at window 7 give the curve
+    for every window up to 7 (not another model's published curve)."""
+    reqs = [Request(id=str(i), prompt_tokens=300, output_tokens=200, arrival_s=i * 0.2)
+            for i in range(80)]
+    configs = [TrialConfig(n, False, 64, 8192) for n in (1, 3, 5)]
+    p = predictor(reqs, configs)
+    surv = [0.5, 0.3, 0.2, 0.12, 0.08, 0.05, 0.03]
+    drafts = 10000
+    counts = AcceptanceCounts(drafts, 7 * drafts, int(sum(surv) * drafts),
+                              tuple(int(s * drafts) for s in surv))
+    p.observe(Observation.from_result(TrialConfig(7, False, 1024, 8192), 2.0, True,
+                                      {"acceptance": counts.as_dict(), "load_scale": 1.0,
+                                       "capacity_met_slo": 1.0}))
+    preds = p.predict()
+    assert p.calibration.scheme == "no predictions: measured curve"
+    for c in configs:
+        n = c.num_speculative_tokens
+        assert preds[c].detail["tokens_per_step"] == pytest.approx(1 + sum(surv[:n]), rel=0.02)

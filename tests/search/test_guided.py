@@ -96,6 +96,8 @@ class FixedPredictor:
         self.preds = {c: Prediction(c, v, v / 2, hi, math.log(v), math.log(hi / v) / 1.645, 0.0)
                       for c, (v, hi) in preds.items()}
         self.observations: list[Observation] = []
+        self.slo = None  # feasibility as told (the decision rule alone)
+        self.target = 1.0
 
     @property
     def measured(self) -> list[Observation]:
