@@ -179,9 +179,12 @@ def start(traffic: Path, once: bool, endpoint: str | None, every: float | None,
     """
     from autotune.daemon import DaemonOptions, run_daemon, stop_signals
     from autotune.orchestrate import tune
+    from autotune.orchestrate.tuning import load_traffic
     from autotune.ui import RichReporter, err, print_pass
 
     options = _tune_options(traffic, endpoint=endpoint, **flags)
+    # A bad sample stops --once here, before the database is created or written.
+    sample = load_traffic(options) if once else None
     store = _open_store(db)
     if not once:
         daemon = DaemonOptions(tune=options, every_s=every, cron=options.policy.schedule.cron,
@@ -191,7 +194,7 @@ def start(traffic: Path, once: bool, endpoint: str | None, every: float | None,
                                                               wide=wide)))
     try:
         with stop_signals(), RichReporter() as reporter:
-            result = tune(options, store, reporter)
+            result = tune(options, store, reporter, sample=sample)
     except KeyboardInterrupt:
         err.print("interrupted: the run is marked interrupted; the same `autotune start` "
                   "resumes it without repeating finished trials")
@@ -232,12 +235,17 @@ def traffic() -> None:
 @_format_option
 @click.option("--skip-invalid", is_flag=True, help="Skip invalid lines (and say how many).")
 @click.option("--group/--no-group", default=True, show_default=True,
-              help="Group unlabelled requests into workloads as `start` would (loads the "
-                   "sample in memory; --no-group streams it).")
+              help="Group unlabelled requests into workloads as `start` would.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the grouping.")
+@click.option("--policy", "policy_path", type=click.Path(path_type=Path), default=None,
+              help="Validate as `start --policy FILE` would: acceptance lists against its "
+                   "draft block size, prompt + output tokens against its serve.max_model_len.")
+@click.option("--max-model-len", type=click.IntRange(min=1), default=None, metavar="TOKENS",
+              help="Requests whose prompt + output tokens exceed this are invalid lines "
+                   "(default: the --policy's serve.max_model_len, else no limit).")
 @_wide_option
 def traffic_inspect(sample: Path, fmt: str, skip_invalid: bool, group: bool, seed: int,
-                    wide: bool) -> None:
+                    policy_path: Path | None, max_model_len: int | None, wide: bool) -> None:
     """Per workload: requests, token quantiles, arrival rate, burstiness, acceptance.
 
     Requests without a workload label are grouped automatically (as `start` does) and the
@@ -246,22 +254,34 @@ def traffic_inspect(sample: Path, fmt: str, skip_invalid: bool, group: bool, see
     \b
     Example:
       autotune traffic inspect examples/sample.jsonl --format json
+      autotune traffic inspect sample.jsonl --policy policies/latency.yaml --skip-invalid
     """
     from autotune.traffic import read_sample
-    from autotune.traffic.grouping import group_requests
-    from autotune.traffic.summary import UNLABELLED, summarize
+    from autotune.traffic.columns import collect_columns
+    from autotune.traffic.grouping import group_columns
+    from autotune.traffic.summary import summarize_columns
     from autotune.ui import err, inspect_table, print_json, print_table
 
-    reader = read_sample(sample, skip_invalid=skip_invalid)
-    rows = [s.as_dict() for s in summarize(reader)]
-    if group and any(r["workload"] == UNLABELLED for r in rows):
-        grouping = group_requests(list(reader), seed)
-        rows = [s.as_dict() for s in summarize(grouping.requests)]
-        info = grouping.as_dict()
-        err.print(f"unlabelled requests grouped automatically: {info.get('k')} group(s)"
-                  f" ({info.get('criterion', '')})")
+    max_acceptance = 64
+    if policy_path is not None:
+        from autotune.policy import load_policy
+
+        serve = load_policy(policy_path).serve
+        max_acceptance = serve.draft_block_size
+        max_model_len = max_model_len or serve.max_model_len
+    reader = read_sample(sample, skip_invalid=skip_invalid, max_acceptance=max_acceptance,
+                         max_model_len=max_model_len)
+    columns = collect_columns(reader)  # one pass; ~100 bytes a request
+    if group and (columns.workload < 0).any():
+        grouping = group_columns(columns, seed)
+        columns = grouping.columns
+        err.print(f"unlabelled requests grouped automatically: {grouping.k} group(s)"
+                  " (silhouette)")
+    rows = [s.as_dict() for s in summarize_columns(columns)]
     if reader.skipped:
-        err.print(f"skipped {reader.skipped} invalid lines of {sample}")
+        too_long = (f" ({reader.too_long} longer than max_model_len {max_model_len})"
+                    if reader.too_long else "")
+        err.print(f"skipped {reader.skipped} invalid lines of {sample}{too_long}")
         for e in reader.errors[:5]:
             err.print(f"  {e}", style="yellow")
     if fmt == "json":

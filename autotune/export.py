@@ -16,8 +16,10 @@ Files are written atomically (temporary file in the same folder, then rename).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import shlex
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -30,6 +32,7 @@ from autotune.types import SPECULATIVE_CONFIG_KEYS
 
 __all__ = [
     "FORMATS",
+    "export_stem",
     "pick_for_export",
     "render",
     "requirements_note",
@@ -193,9 +196,29 @@ def render(rec: RecommendationRecord, fmt: str) -> str:
                               "speculative decoding; there is no window schedule to export")
         return json.dumps(spec) + "\n"
     if fmt == "vllm-args":
-        note = requirements_note(rec, speculative_config(rec))
-        return f"# {rec.workload}: {note}\n" + shlex.join(vllm_args(rec)) + "\n"
+        note = " ".join(f"{rec.workload}: {requirements_note(rec, speculative_config(rec))}"
+                        .split())  # one comment line, whatever the label or version hold
+        return f"# {note}\n" + shlex.join(vllm_args(rec)) + "\n"
     raise ExportError(f"unknown export format {fmt!r}; known: {', '.join(FORMATS)}")
+
+
+_UNSAFE_IN_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def export_stem(workload: str) -> str:
+    """The file name stem of a workload's exports, safe whatever the label holds.
+
+    Letters, digits, ``.``, ``_`` and ``-`` are kept and every other run of characters becomes
+    ``_`` (so ``../../etc/x`` stays in the export directory), a leading dot too (no hidden files,
+    no ``..``), and the stem is cut to 100 characters (file names have 255 bytes). A label that
+    had to change gets a hash of itself appended, so two labels never share a file.
+    """
+    stem = _UNSAFE_IN_NAME.sub("_", workload)[:100]
+    if stem.startswith("."):
+        stem = "_" + stem[1:]
+    if stem != workload:
+        stem += "-" + hashlib.sha256(workload.encode("utf-8", "replace")).hexdigest()[:8]
+    return stem
 
 
 def write_atomic(path: str | Path, text: str) -> Path:

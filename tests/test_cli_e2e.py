@@ -83,8 +83,10 @@ def test_bad_sample_writes_nothing(tmp_path: Path, db_url: str) -> None:
     assert code == 2
     assert f"{bad}:2: output_tokens: must be >= 1" in err
     assert "Traceback" not in err
-    code, out, _ = run("runs", "--db", db_url, "--format", "json")
-    assert json.loads(out) == []
+    # the sample is read before the database is opened: no database was created
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.jsonl"]
+    code, _, err = run("runs", "--db", db_url, "--format", "json")
+    assert code == 1 and "no autotune database" in err
 
 
 def test_bad_policy_and_flags(tmp_path: Path, small_sample: Path, db_url: str) -> None:

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from autotune.objective import Outcome
     from autotune.recommend import WorkloadResult
     from autotune.search import Suggestion
-    from autotune.traffic.load import LoadedSample
+    from autotune.traffic.load import SampleWorkloads
 
 __all__ = ["Reporter", "TuneOptions"]
 
@@ -58,7 +58,7 @@ class Reporter:
     def __exit__(self, *exc: object) -> None:
         return None
 
-    def sample_loaded(self, sample: LoadedSample, workloads: Mapping[str, int]) -> None: ...
+    def sample_loaded(self, sample: SampleWorkloads, workloads: Mapping[str, int]) -> None: ...
 
     def run_started(self, run_id: str, resumed: bool, finished_trials: int) -> None: ...
 

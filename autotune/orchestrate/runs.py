@@ -8,7 +8,7 @@ search (:func:`autotune.search.open_search`) starts from them and never repeats 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from autotune.objective import Outcome
@@ -16,7 +16,7 @@ from autotune.orchestrate.options import TuneOptions
 from autotune.recommend import Scored
 from autotune.search import PastTrial, Searcher, open_search
 from autotune.store import Store
-from autotune.traffic.load import workload_requests
+from autotune.traffic.load import WorkloadTraffic
 from autotune.types import Request, TrialConfig
 
 __all__ = ["OpenedRun", "WorkloadSearch", "open_run"]
@@ -59,7 +59,7 @@ def _past_trials(store: Store, run_id: str, workload: str) -> list[Scored]:
 
 
 def open_run(options: TuneOptions, store: Store, sample_id: int,
-             groups: dict[str, list[Request]]) -> OpenedRun:
+             groups: Mapping[str, WorkloadTraffic]) -> OpenedRun:
     """The run this pass tunes ``groups`` in, with every workload's search ready to ask."""
     policy = options.policy
     found = store.resumable_run(backend=options.backend, policy_sha256=policy.sha256(),
@@ -74,18 +74,18 @@ def open_run(options: TuneOptions, store: Store, sample_id: int,
                                   policy=policy.model_dump(mode="json"), sample_id=sample_id,
                                   seed=options.seed,
                                   options={"backend_options": dict(options.backend_options)})
-    searches = [_open_search(options, store, run_id, name, reqs)
-                for name, reqs in groups.items()]
+    searches = [_open_search(options, store, run_id, name, traffic.replay)
+                for name, traffic in groups.items()]
     return OpenedRun(run_id, found is not None, searches)
 
 
 def _open_search(options: TuneOptions, store: Store, run_id: str, name: str,
-                 reqs: Sequence[Request]) -> WorkloadSearch:
+                 requests: list[Request]) -> WorkloadSearch:
+    """``requests``: what its trials replay (the first replay.max_requests in arrival order)."""
     policy = options.policy
     past = _past_trials(store, run_id, name)
     active = store.active_recommendation(name)
     incumbent = active.trial_config if active else None
-    requests = workload_requests(reqs, policy.replay.max_requests)
     searcher = open_search(
         policy, run_id, name, store.optuna_url,
         seed=options.seed + zlib.crc32(name.encode()) % 10_000, requests=requests,

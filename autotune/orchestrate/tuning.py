@@ -25,11 +25,12 @@ from autotune.orchestrate.options import Reporter, TuneOptions
 from autotune.orchestrate.pool import Pool
 from autotune.orchestrate.runs import OpenedRun, WorkloadSearch, open_run
 from autotune.orchestrate.trials import drive_trials
-from autotune.orchestrate.workloads import LoadedWorkloads, load_workloads
+from autotune.orchestrate.workloads import LoadedWorkloads, load_traffic, load_workloads
 from autotune.recommend import WorkloadResult, WorkloadTrials, recommend_workload, run_provenance
 from autotune.store import Store
+from autotune.traffic.load import SampleWorkloads
 
-__all__ = ["Reporter", "TuneOptions", "TuneResult", "WorkloadResult", "tune"]
+__all__ = ["Reporter", "TuneOptions", "TuneResult", "WorkloadResult", "load_traffic", "tune"]
 
 
 @dataclass(frozen=True)
@@ -45,11 +46,13 @@ PoolFactory = Callable[[Backend, Reporter], Pool]
 
 
 def tune(options: TuneOptions, store: Store, reporter: Reporter | None = None,
-         pool_factory: PoolFactory | None = None) -> TuneResult:
-    """Run one tuning pass; see the module docstring."""
+         pool_factory: PoolFactory | None = None,
+         sample: SampleWorkloads | None = None) -> TuneResult:
+    """Run one tuning pass; see the module docstring. ``sample``: the pass's sample when the
+    caller loaded it already (:func:`~autotune.orchestrate.workloads.load_traffic`)."""
     rep = reporter or Reporter()
-    loaded = load_workloads(options, store)
-    rep.sample_loaded(loaded.sample, {k: len(v) for k, v in loaded.groups.items()})
+    loaded = load_workloads(options, store, sample)
+    rep.sample_loaded(loaded.sample, {k: w.requests for k, w in loaded.groups.items()})
     for name, why in loaded.skipped:
         rep.workload_skipped(name, why)
     backend = create_backend(options.backend, options.policy.serve.spec(),
@@ -65,7 +68,7 @@ def tune(options: TuneOptions, store: Store, reporter: Reporter | None = None,
         policy=options.policy, backend=options.backend, described=backend.describe(),
         sample={"path": str(loaded.sample.path), "sha256": loaded.sample.sha256,
                 "sample_id": sample_id, "size_bytes": loaded.sample.size_bytes,
-                "requests": len(loaded.sample.requests)},
+                "requests": loaded.sample.requests},
         run_id=run.run_id, seed=options.seed)
     results = []
     for w in run.searches:
@@ -83,7 +86,7 @@ def tune(options: TuneOptions, store: Store, reporter: Reporter | None = None,
 def _record_sample(store: Store, loaded: LoadedWorkloads) -> int:
     sample = loaded.sample
     return store.record_sample(path=str(sample.path), sha256=sample.sha256,
-                               size_bytes=sample.size_bytes, requests=len(sample.requests),
+                               size_bytes=sample.size_bytes, requests=sample.requests,
                                skipped_lines=sample.skipped, workloads=loaded.summaries)
 
 

@@ -3,7 +3,9 @@
 Requests are split by their ``workload`` label (unlabelled ones grouped automatically); with
 ``drift_check`` (daemon and nightly passes) a workload whose traffic has not drifted since it
 was last tuned is skipped, with the reason. Nothing is written here: a bad line stops the pass
-before the database sees anything.
+before the database sees anything. The sample is held as columns, and only the requests a
+trial replays are read back as objects (:func:`autotune.traffic.load.read_workloads`), so a
+million-request sample fits in a few hundred MB.
 """
 
 from __future__ import annotations
@@ -16,32 +18,41 @@ from typing import Any
 from autotune.orchestrate.options import TuneOptions
 from autotune.store import Store
 from autotune.traffic.drift import compare, reference
-from autotune.traffic.load import LoadedSample, load_sample, split_workloads
-from autotune.traffic.summary import summarize
-from autotune.types import Request
+from autotune.traffic.load import SampleWorkloads, WorkloadTraffic, read_workloads
 
-__all__ = ["LoadedWorkloads", "load_workloads"]
+__all__ = ["LoadedWorkloads", "load_traffic", "load_workloads"]
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class LoadedWorkloads:
-    sample: LoadedSample
-    groups: dict[str, list[Request]]           # the workloads to tune, with their requests
+    sample: SampleWorkloads
+    groups: dict[str, WorkloadTraffic]          # the workloads to tune
     summaries: Mapping[str, Mapping[str, Any]]  # every workload's summary and drift reference
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (workload, why)
 
 
-def load_workloads(options: TuneOptions, store: Store) -> LoadedWorkloads:
-    """Load the sample and choose the workloads this pass tunes (see the module doc)."""
+def load_traffic(options: TuneOptions) -> SampleWorkloads:
+    """The pass's sample, validated against the policy (draft block size, max_model_len) and
+    split into workloads."""
     policy = options.policy
-    sample = load_sample(options.traffic, skip_invalid=options.skip_invalid,
-                         max_acceptance=policy.serve.draft_block_size)
-    groups = split_workloads(sample.requests, seed=options.seed)
-    summaries = {name: {**summarize(reqs, total=False)[0].as_dict(),
-                        "drift_reference": reference(reqs, seed=options.seed)}
-                 for name, reqs in groups.items()}
+    return read_workloads(options.traffic, max_requests=policy.replay.max_requests,
+                          skip_invalid=options.skip_invalid,
+                          max_acceptance=policy.serve.draft_block_size,
+                          max_model_len=policy.serve.max_model_len, seed=options.seed)
+
+
+def load_workloads(options: TuneOptions, store: Store,
+                   sample: SampleWorkloads | None = None) -> LoadedWorkloads:
+    """Choose the workloads this pass tunes from the sample (``sample``: already loaded with
+    :func:`load_traffic`, e.g. to validate it before the database is opened)."""
+    if sample is None:
+        sample = load_traffic(options)
+    groups = dict(sample.workloads)
+    summaries = {name: {**w.summary, "drift_reference": reference(w.features,
+                                                                  seed=options.seed)}
+                 for name, w in groups.items()}
     if options.workloads is not None:
         groups = {k: v for k, v in groups.items() if k in set(options.workloads)}
     skipped: list[tuple[str, str]] = []
@@ -50,16 +61,16 @@ def load_workloads(options: TuneOptions, store: Store) -> LoadedWorkloads:
     return LoadedWorkloads(sample, groups, summaries, skipped)
 
 
-def _drift_filter(store: Store, groups: dict[str, list[Request]]
-                  ) -> tuple[dict[str, list[Request]], list[tuple[str, str]]]:
+def _drift_filter(store: Store, groups: dict[str, WorkloadTraffic]
+                  ) -> tuple[dict[str, WorkloadTraffic], list[tuple[str, str]]]:
     """Workloads to re-tune (drifted first, then new ones) and those skipped, with why.
 
     A workload is compared with the sample it was last tuned on: the newest finished run that
     has trials for it (its active recommendation came from that run, or was re-measured there
     and kept).
     """
-    drifted: dict[str, list[Request]] = {}
-    new: dict[str, list[Request]] = {}
+    drifted: dict[str, WorkloadTraffic] = {}
+    new: dict[str, WorkloadTraffic] = {}
     skipped: list[tuple[str, str]] = []
     finished = [r for r in store.runs() if r.status == "finished"]
     for name, reqs in groups.items():
@@ -72,7 +83,7 @@ def _drift_filter(store: Store, groups: dict[str, list[Request]]
         if not ref:
             new[name] = reqs
             continue
-        verdict = compare(name, reqs, ref)
+        verdict = compare(name, reqs.features, ref)
         if verdict.drifted:
             drifted[name] = reqs
             log.info("%s: %s", name, verdict.explain())

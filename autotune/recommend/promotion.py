@@ -14,7 +14,7 @@ import logging
 from pathlib import Path
 
 from autotune.errors import AutotuneError, SearchError
-from autotune.export import render, write_atomic
+from autotune.export import export_stem, render, write_atomic
 from autotune.objective import Outcome
 from autotune.policy import Policy
 from autotune.recommend.significance import (
@@ -57,8 +57,8 @@ def should_promote(store: Store, policy: Policy, outcome: Outcome, trial_id: int
 
 def export_file_name(rec: RecommendationRecord) -> str:
     """``<workload>.speculative-config.json``, or ``<workload>.vllm-args.sh`` without a
-    drafter; characters other than letters, digits, ``-_.`` become ``_``."""
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in rec.workload)
+    drafter, the workload label made a safe file name (:func:`autotune.export.export_stem`)."""
+    safe = export_stem(rec.workload)
     return (f"{safe}.speculative-config.json" if rec.speculative_config else
             f"{safe}.vllm-args.sh")
 

@@ -33,15 +33,18 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from autotune.traffic.columns import RequestColumns, collect_columns
 from autotune.types import Request
 
 __all__ = [
     "MIN_SILHOUETTE",
     "SINGLE_GROUP",
     "Group",
+    "GroupedColumns",
     "Grouping",
     "assign_workloads",
     "describe_groups",
+    "group_columns",
     "group_requests",
 ]
 
@@ -59,6 +62,8 @@ SILHOUETTE_SLACK = 0.05
 SILHOUETTE_SAMPLE = 2000
 #: k-means restarts per k (the lowest within-group sum of squares wins).
 RESTARTS = 4
+#: Lloyd iterations at most per k-means fit.
+ITERATIONS = 50
 #: Larger samples are fitted on a seeded subsample of this size, then every request is given
 #: its nearest centre.
 FIT_SAMPLE = 50_000
@@ -89,6 +94,17 @@ class Group:
         }
 
 
+def _account(k: int, silhouettes: Mapping[int, float], features: tuple[str, ...],
+             groups: Sequence[Group]) -> dict[str, Any]:
+    return {
+        "k": k,
+        "criterion": "silhouette",
+        "silhouettes": {str(j): v for j, v in sorted(silhouettes.items())},
+        "features": list(features),
+        "groups": [g.as_dict() for g in groups],
+    }
+
+
 @dataclass(frozen=True)
 class Grouping:
     """The outcome of :func:`group_requests`: labelled requests and how the groups were chosen.
@@ -104,54 +120,80 @@ class Grouping:
     features: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "k": self.k,
-            "criterion": "silhouette",
-            "silhouettes": {str(k): v for k, v in sorted(self.silhouettes.items())},
-            "features": list(self.features),
-            "groups": [g.as_dict() for g in self.groups],
-        }
+        return _account(self.k, self.silhouettes, self.features, self.groups)
 
 
-def _acceptance_block(requests: Sequence[Request]) -> FloatArray | None:
+@dataclass(frozen=True)
+class GroupedColumns:
+    """The outcome of :func:`group_columns`: the columns with every row labelled, and how (the
+    fields of :class:`Grouping`)."""
+
+    columns: RequestColumns
+    groups: list[Group]
+    k: int
+    silhouettes: Mapping[int, float] = field(default_factory=dict)
+    features: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return _account(self.k, self.silhouettes, self.features, self.groups)
+
+
+def _acceptance_block(cols: RequestColumns, rows: npt.NDArray[np.int64]) -> FloatArray | None:
     """Survival curves over the positions every curve has; rows without one get the mean."""
-    curves = [r.acceptance for r in requests]
-    present = [c for c in curves if c]
-    if not present:
+    lengths = cols.acceptance_lengths()[rows]
+    present = lengths > 0
+    if not present.any():
         return None
-    positions = min(len(c) for c in present)
-    surv = np.full((len(requests), positions), np.nan)
-    for i, c in enumerate(curves):
-        if c:
-            surv[i] = np.cumprod(np.asarray(c[:positions], dtype=float))
-    mean = np.nanmean(surv, axis=0)
-    rows = np.isnan(surv[:, 0])
-    surv[rows] = mean
+    positions = int(lengths[present].min())
+    surv = np.full((len(rows), positions), np.nan)
+    surv[present] = cols.survival(rows[present], positions)
+    surv[~present] = np.nanmean(surv, axis=0)
     return surv
 
 
-def _features(requests: Sequence[Request]) -> tuple[FloatArray, int]:
-    """Standardised, weighted features and the number of acceptance columns."""
-    lengths = np.log(np.array([[r.prompt_tokens, r.output_tokens] for r in requests],
-                              dtype=float))
-    block = _acceptance_block(requests)
-    raw = lengths if block is None else np.hstack([lengths, block])
-    std = raw.std(axis=0)
-    z = (raw - raw.mean(axis=0)) / np.where(std > 1e-12, std, 1.0)
-    if block is not None:
-        z[:, 2:] *= math.sqrt(ACCEPTANCE_WEIGHT / block.shape[1])
-    return z, 0 if block is None else block.shape[1]
+def _features(cols: RequestColumns, rows: npt.NDArray[np.int64]) -> tuple[FloatArray, int]:
+    """Standardised, weighted features of ``rows`` and the number of acceptance columns."""
+    lengths = np.log(np.column_stack([cols.prompt_tokens[rows],
+                                      cols.output_tokens[rows]]).astype(float))
+    block = _acceptance_block(cols, rows)
+    z = lengths if block is None else np.hstack([lengths, block])
+    del lengths, block
+    std = z.std(axis=0)
+    z -= z.mean(axis=0)  # in place: a million rows of features are 80 MB each copy
+    z /= np.where(std > 1e-12, std, 1.0)
+    acc_cols = z.shape[1] - 2
+    if acc_cols:
+        z[:, 2:] *= math.sqrt(ACCEPTANCE_WEIGHT / acc_cols)
+    return z, acc_cols
+
+
+def _lloyd(fit: FloatArray, k: int,
+           rng: np.random.Generator) -> tuple[FloatArray, npt.NDArray[np.int32]]:
+    """scipy's ``kmeans2(fit, k, iter=ITERATIONS, minit="++", missing="raise")``, stopped as
+    soon as the labels repeat (from then on every iteration gives the same centres, so the
+    result is the same, bit for bit; kmeans2 itself always runs every iteration)."""
+    from scipy.cluster.vq import kmeans2
+
+    centres, labels = kmeans2(fit, k, iter=1, minit="++", missing="raise", seed=rng,
+                              check_finite=False)
+    for _ in range(ITERATIONS - 1):
+        nxt, nxt_labels = kmeans2(fit, centres, iter=1, minit="matrix", missing="raise",
+                                  check_finite=False)
+        if np.array_equal(nxt_labels, labels):
+            break
+        centres, labels = nxt, nxt_labels
+    return centres, labels
 
 
 def _kmeans(z: FloatArray, k: int, rng: np.random.Generator) -> npt.NDArray[np.intp] | None:
     """Labels of the best of ``RESTARTS`` k-means fits (on a subsample when ``z`` is huge)."""
-    from scipy.cluster.vq import ClusterError, kmeans2, vq
+    from scipy.cluster.vq import ClusterError, vq
 
     fit = z if len(z) <= FIT_SAMPLE else z[np.sort(rng.choice(len(z), FIT_SAMPLE, replace=False))]
     best: tuple[float, FloatArray] | None = None
     for _ in range(RESTARTS):
         try:
-            centres, labels = kmeans2(fit, k, iter=50, minit="++", missing="raise", seed=rng)
+            centres, labels = _lloyd(fit, k, rng)
         except ClusterError:  # an empty cluster: k too large for these points
             continue
         sse = float(((fit - centres[labels]) ** 2).sum())
@@ -229,16 +271,63 @@ def _names(z: FloatArray, labels: npt.NDArray[np.intp], k: int, acc_cols: int) -
     return names
 
 
-def _summary(name: str, members: Sequence[Request], automatic: bool) -> Group:
-    prompt = np.array([r.prompt_tokens for r in members], dtype=float)
-    output = np.array([r.output_tokens for r in members], dtype=float)
-    curves = [np.cumprod(np.asarray(r.acceptance, dtype=float)) for r in members if r.acceptance]
-    mean_surv = float(np.mean([c.mean() for c in curves])) if curves else None
-    expected = float(np.mean([1.0 + c.sum() for c in curves])) if curves else None
-    return Group(name=name, requests=len(members), automatic=automatic,
+def _summary(name: str, cols: RequestColumns, rows: npt.NDArray[np.int64],
+             automatic: bool) -> Group:
+    prompt = cols.prompt_tokens[rows].astype(float)
+    output = cols.output_tokens[rows].astype(float)
+    lengths = cols.acceptance_lengths()[rows]
+    with_curve = rows[lengths > 0]
+    mean_surv = expected = None
+    if len(with_curve):
+        lengths = lengths[lengths > 0]
+        means = np.empty(len(with_curve))
+        totals = np.empty(len(with_curve))
+        for n in np.unique(lengths):
+            same = np.flatnonzero(lengths == n)
+            for start, block in cols.predictions(with_curve[same], int(n)):
+                curves = np.cumprod(block, axis=1)
+                at = same[start:start + len(block)]
+                means[at] = curves.mean(axis=1)
+                totals[at] = 1.0 + curves.sum(axis=1)
+        mean_surv, expected = float(np.mean(means)), float(np.mean(totals))
+    return Group(name=name, requests=len(rows), automatic=automatic,
                  prompt_tokens_p50=float(np.median(prompt)),
                  output_tokens_p50=float(np.median(output)),
                  mean_survival=mean_surv, expected_tokens=expected)
+
+
+def group_columns(cols: RequestColumns, seed: int = 0, *, max_groups: int = 6,
+                  min_group: int | None = None) -> GroupedColumns:
+    """Label every row: keep given labels, cluster the rest (see the module docstring).
+
+    ``min_group`` (default: 2 % of the unlabelled requests, at least 10) is the smallest group
+    a split may leave. Names of found groups never collide with given labels.
+    """
+    unlabelled = np.flatnonzero(cols.workload < 0)
+    k = 0
+    scores: dict[int, float] = {}
+    features: tuple[str, ...] = ()
+    found: set[str] = set()
+    if len(unlabelled):
+        floor = min_group if min_group is not None else max(10, math.ceil(0.02 *
+                                                                          len(unlabelled)))
+        z, acc_cols = _features(cols, unlabelled)
+        features = ("log_prompt_tokens", "log_output_tokens") + (
+            (f"survival[1..{acc_cols}]",) if acc_cols else ())
+        labels, scores = _choose(z, seed, max_groups, max(1, floor))
+        k = int(labels.max()) + 1
+        names = [_free(name, set(cols.names)) for name in _names(z, labels, k, acc_cols)]
+        del z
+        found = set(names)
+        cols = cols.relabelled(unlabelled, labels, names)
+    groups = []
+    for code in np.unique(cols.workload):
+        rows = np.flatnonzero(cols.workload == code)
+        name = cols.names[code] or SINGLE_GROUP
+        groups.append(_summary(name, cols, rows, name in found))
+    groups.sort(key=lambda g: (-g.requests, g.name))
+    return GroupedColumns(columns=cols, groups=groups, k=k, silhouettes=scores,
+                          features=features)
 
 
 def group_requests(requests: Sequence[Request], seed: int = 0, *, max_groups: int = 6,
@@ -248,31 +337,13 @@ def group_requests(requests: Sequence[Request], seed: int = 0, *, max_groups: in
     ``min_group`` (default: 2 % of the unlabelled requests, at least 10) is the smallest group
     a split may leave. Names of found groups never collide with given labels.
     """
-    unlabelled = [i for i, r in enumerate(requests) if r.workload is None]
-    out = list(requests)
-    k = 0
-    scores: dict[int, float] = {}
-    features: tuple[str, ...] = ()
-    found: set[str] = set()
-    if unlabelled:
-        todo = [requests[i] for i in unlabelled]
-        floor = min_group if min_group is not None else max(10, math.ceil(0.02 * len(todo)))
-        z, acc_cols = _features(todo)
-        features = ("log_prompt_tokens", "log_output_tokens") + (
-            (f"survival[1..{acc_cols}]",) if acc_cols else ())
-        labels, scores = _choose(z, seed, max_groups, max(1, floor))
-        k = int(labels.max()) + 1
-        taken = {r.workload for r in requests if r.workload is not None}
-        names = [_free(name, taken) for name in _names(z, labels, k, acc_cols)]
-        found = set(names)
-        for i, label in zip(unlabelled, labels, strict=True):
-            out[i] = replace(requests[i], workload=names[int(label)])
-    members: dict[str, list[Request]] = {}
-    for r in out:
-        members.setdefault(r.workload or SINGLE_GROUP, []).append(r)
-    groups = [_summary(name, rs, name in found) for name, rs in members.items()]
-    groups.sort(key=lambda g: (-g.requests, g.name))
-    return Grouping(requests=out, groups=groups, k=k, silhouettes=scores, features=features)
+    grouped = group_columns(collect_columns(requests), seed, max_groups=max_groups,
+                            min_group=min_group)
+    names, codes = grouped.columns.names, grouped.columns.workload
+    out = [r if r.workload is not None else replace(r, workload=names[int(codes[i])])
+           for i, r in enumerate(requests)]
+    return Grouping(requests=out, groups=grouped.groups, k=grouped.k,
+                    silhouettes=grouped.silhouettes, features=grouped.features)
 
 
 def _free(name: str, taken: set[str]) -> str:

@@ -1,60 +1,27 @@
 """Per-workload summaries of a sample (what `autotune traffic inspect` prints).
 
-One streaming pass: token counts go into compact arrays (for quantiles), arrival gaps and
-acceptance predictions into running sums, so a million-request sample stays small in memory.
+Computed from :class:`~autotune.traffic.columns.RequestColumns` (token counts, arrival times and
+acceptance predictions as compact arrays, ~100 bytes a request), so a million-request sample
+is summarised in one streaming pass at a fraction of the memory its request objects would take.
 """
 
 from __future__ import annotations
 
 import math
-from array import array
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
+from autotune.traffic.columns import RequestColumns, collect_columns
 from autotune.types import Request
 
-__all__ = ["UNLABELLED", "WorkloadSummary", "summarize"]
+__all__ = ["UNLABELLED", "WorkloadSummary", "summarize", "summarize_columns"]
 
 #: Workload name of requests that carry no label (before automatic grouping).
 UNLABELLED = "default"
-
-
-@dataclass
-class _Acc:
-    prompt: array = field(default_factory=lambda: array("q"))
-    output: array = field(default_factory=lambda: array("q"))
-    first_arrival: float | None = None
-    last_arrival: float | None = None
-    gaps: int = 0
-    gap_sum: float = 0.0
-    gap_sq: float = 0.0
-    acc_sum: list[float] = field(default_factory=list)
-    acc_n: list[int] = field(default_factory=list)
-    with_acceptance: int = 0
-
-    def add(self, r: Request) -> None:
-        self.prompt.append(r.prompt_tokens)
-        self.output.append(r.output_tokens)
-        if r.arrival_s is not None:
-            if self.last_arrival is not None:
-                gap = max(0.0, r.arrival_s - self.last_arrival)
-                self.gaps += 1
-                self.gap_sum += gap
-                self.gap_sq += gap * gap
-            if self.first_arrival is None:
-                self.first_arrival = r.arrival_s
-            self.last_arrival = r.arrival_s
-        if r.acceptance:
-            self.with_acceptance += 1
-            while len(self.acc_sum) < len(r.acceptance):
-                self.acc_sum.append(0.0)
-                self.acc_n.append(0)
-            for k, c in enumerate(r.acceptance):
-                self.acc_sum[k] += c
-                self.acc_n[k] += 1
 
 
 @dataclass(frozen=True)
@@ -83,43 +50,64 @@ class WorkloadSummary:
         }
 
 
-def _quantiles(values: array) -> dict[str, float]:
-    arr = np.frombuffer(values, dtype=np.int64)
-    p50, p90, p99 = np.quantile(arr, [0.5, 0.9, 0.99])
-    return {"p50": float(p50), "p90": float(p90), "p99": float(p99), "mean": float(arr.mean())}
+def _quantiles(values: npt.NDArray[np.int64]) -> dict[str, float]:
+    p50, p90, p99 = np.quantile(values, [0.5, 0.9, 0.99])
+    return {"p50": float(p50), "p90": float(p90), "p99": float(p99),
+            "mean": float(values.mean())}
 
 
-def _finish(name: str, acc: _Acc) -> WorkloadSummary:
+def _finish(name: str, cols: RequestColumns, rows: npt.NDArray[np.bool_]) -> WorkloadSummary:
     rate = burst = None
-    if acc.gaps and acc.last_arrival is not None and acc.first_arrival is not None:
-        span = acc.last_arrival - acc.first_arrival
-        rate = acc.gaps / span if span > 0 else math.inf
-        mean = acc.gap_sum / acc.gaps
-        var = max(0.0, acc.gap_sq / acc.gaps - mean * mean)
+    arrivals = cols.arrival_s[rows]
+    arrivals = np.sort(arrivals[~np.isnan(arrivals)])  # in time order, whatever the file's
+    if len(arrivals) > 1:
+        gaps = np.diff(arrivals)
+        span = float(arrivals[-1] - arrivals[0])
+        rate = len(gaps) / span if span > 0 else math.inf
+        mean = float(gaps.mean())
         # Coefficient of variation of inter-arrival gaps: 1 for Poisson, > 1 bursty.
-        burst = math.sqrt(var) / mean if mean > 0 else None
-    mean_acc = tuple(s / n for s, n in zip(acc.acc_sum, acc.acc_n, strict=True) if n)
+        burst = float(gaps.std()) / mean if mean > 0 else None
+    index = np.flatnonzero(rows)
+    lengths = cols.acceptance_lengths()[index]
+    sums = np.zeros(int(lengths.max(initial=0)))
+    counts = np.zeros(len(sums), dtype=np.int64)
+    for n in np.unique(lengths[lengths > 0]):
+        same = index[lengths == n]
+        for _, block in cols.predictions(same, int(n)):
+            sums[:n] += block.sum(axis=0)
+        counts[:n] += len(same)
+    mean_acc = tuple(float(sm / c) for sm, c in zip(sums, counts, strict=True) if c)
     return WorkloadSummary(
         workload=name,
-        requests=len(acc.prompt),
-        prompt_tokens=_quantiles(acc.prompt),
-        output_tokens=_quantiles(acc.output),
+        requests=int(rows.sum()),
+        prompt_tokens=_quantiles(cols.prompt_tokens[rows]),
+        output_tokens=_quantiles(cols.output_tokens[rows]),
         arrival_rate_per_s=rate,
         burstiness=burst,
-        with_acceptance=acc.with_acceptance,
+        with_acceptance=int((lengths > 0).sum()),
         mean_acceptance=mean_acc,
     )
 
 
+def summarize_columns(cols: RequestColumns, *, total: bool = True) -> list[WorkloadSummary]:
+    """One summary per workload (sorted by name), plus ``all`` when ``total`` and >1 workload.
+
+    Unlabelled requests are summarised as ``default``.
+    """
+    if not len(cols):
+        return []
+    names = [*cols.names, UNLABELLED]  # code -1 picks the last
+    per: dict[str, npt.NDArray[np.bool_]] = {}
+    for code in np.unique(cols.workload):
+        rows = cols.workload == code
+        name = names[code]
+        per[name] = per[name] | rows if name in per else rows
+    out = [_finish(name, cols, per[name]) for name in sorted(per)]
+    if total and len(per) > 1:
+        out.append(_finish("all", cols, np.ones(len(cols), dtype=bool)))
+    return out
+
+
 def summarize(requests: Iterable[Request], *, total: bool = True) -> list[WorkloadSummary]:
     """One summary per workload (sorted by name), plus ``all`` when ``total`` and >1 workload."""
-    per: dict[str, _Acc] = {}
-    everything = _Acc()
-    for r in requests:
-        per.setdefault(r.workload or UNLABELLED, _Acc()).add(r)
-        if total:
-            everything.add(r)
-    out = [_finish(name, per[name]) for name in sorted(per)]
-    if total and len(per) > 1:
-        out.append(_finish("all", everything))
-    return out
+    return summarize_columns(collect_columns(requests), total=total)

@@ -18,10 +18,17 @@ __all__ = ["WIDTH", "err", "fmt_num", "note", "out", "print_json", "print_table"
 #: Width of output that does not go to a terminal; every table is designed to fit it.
 WIDTH = 100
 
-out = Console(width=None if sys.stdout.isatty() else WIDTH, highlight=False)
+# No markup: the text printed holds workload labels, paths and error messages from the user's
+# files, in which "[/x]" would be taken for a closing tag (and end the command in a
+# MarkupError). Colour goes through rich's Text instead.
+# Messages are not wrapped (soft wrap: a path or an error stays one line to copy); tables are
+# drawn to the width, and a table's notes are wrapped on purpose (note()).
+out = Console(width=None if sys.stdout.isatty() else WIDTH, highlight=False, markup=False,
+              soft_wrap=True)
 #: For ``--wide``: as wide as the table needs.
-_unbounded = Console(width=10_000, highlight=False)
-err = Console(stderr=True, width=None if sys.stderr.isatty() else WIDTH, highlight=False)
+_unbounded = Console(width=10_000, highlight=False, markup=False)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else WIDTH, highlight=False,
+              markup=False, soft_wrap=True)
 
 
 def print_json(rows: Any) -> None:
@@ -39,7 +46,7 @@ def print_table(table: Table, notes: Iterable[str] = (), *, wide: bool = False) 
     tables take the width they need."""
     (_unbounded if wide else out).print(table)
     for line in notes:
-        out.print(note(line), soft_wrap=True)
+        out.print(note(line))
 
 
 def note(text: str, indent: str = "  ") -> str:

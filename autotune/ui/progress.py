@@ -12,12 +12,13 @@ from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 from autotune.objective import Outcome
 from autotune.orchestrate import Reporter
 from autotune.recommend import WorkloadResult
 from autotune.search import Suggestion
-from autotune.traffic.load import LoadedSample
+from autotune.traffic.load import SampleWorkloads
 from autotune.ui.console import err, fmt_num
 
 __all__ = ["RichReporter"]
@@ -28,7 +29,7 @@ class RichReporter(Reporter):
 
     def __init__(self, console: Console | None = None) -> None:
         self.console = console or err
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
+        self.progress = Progress(TextColumn("{task.description}", markup=False), BarColumn(),
                                  MofNCompleteColumn(), TimeElapsedColumn(),
                                  console=self.console, transient=True)
         self._tasks: dict[str, Any] = {}
@@ -45,10 +46,10 @@ class RichReporter(Reporter):
     def workload_skipped(self, workload: str, why: str) -> None:
         self.console.print(f"{workload}: skipped, {why}")
 
-    def sample_loaded(self, sample: LoadedSample, workloads: Mapping[str, int]) -> None:
+    def sample_loaded(self, sample: SampleWorkloads, workloads: Mapping[str, int]) -> None:
         skipped = f", skipped {sample.skipped} invalid lines" if sample.skipped else ""
         parts = ", ".join(f"{k} ({v})" for k, v in workloads.items()) or "none to tune"
-        self.console.print(f"loaded {len(sample.requests)} requests from {sample.path}"
+        self.console.print(f"loaded {sample.requests} requests from {sample.path}"
                            f"{skipped}; workloads: {parts}")
         for e in sample.skip_errors[:5]:
             self.console.print(f"  skipped: {e}", style="yellow")
@@ -82,17 +83,15 @@ class RichReporter(Reporter):
             self.progress.advance(task)
         tag = ("baseline " if s.is_baseline else "active, re-measured " if s.is_incumbent
                else "read again " if s.is_repeat else "")
+        head = f"  {workload} #{s.number} {tag}{s.config.short()}: "
         if outcome is None:
             first = (error or "failed").splitlines()[0]
-            self.progress.console.print(f"  {workload} #{s.number} {tag}{s.config.short()}: "
-                                        f"[red]failed[/red] {first}")
+            self.progress.console.print(Text.assemble(head, ("failed", "red"), f" {first}"))
             return
-        slo = "" if outcome.feasible else " [yellow](misses SLO)[/yellow]"
+        slo = ("", "") if outcome.feasible else (" (misses SLO)", "yellow")
         scale = outcome.summary.get("load_scale")
         at = f" at {fmt_num(scale)}× the sample's rate" if isinstance(scale, float) else ""
-        self.progress.console.print(
-            f"  {workload} #{s.number} {tag}{s.config.short()}: "
-            f"{fmt_num(outcome.value)}{at}{slo}")
+        self.progress.console.print(Text.assemble(f"{head}{fmt_num(outcome.value)}{at}", slo))
 
     def workload_finished(self, result: WorkloadResult) -> None:
         task = self._tasks.pop(result.workload, None)

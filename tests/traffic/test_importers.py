@@ -410,5 +410,5 @@ def test_prompt_file_without_texts_is_an_error(tmp_path: Path) -> None:
     bad = write(tmp_path / "p.jsonl", ['{"id": 1}'])
     with pytest.raises(TrafficError, match="holds no prompt texts"):
         load_prompt_pool([bad])
-    with pytest.raises(TrafficError, match="cannot open prompt file"):
+    with pytest.raises(TrafficError, match="file not found; pass a JSONL prompt set"):
         load_prompt_pool([tmp_path / "nope.jsonl"])

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 
-from autotune.traffic.importers.base import Importer, LineParser, Row
+from autotune.traffic.importers.base import Importer, LineParser, Row, describe
 
 __all__ = ["IMPORTER", "AzureParser", "parse_azure_timestamp"]
 
@@ -18,11 +18,17 @@ COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 _STAMP = re.compile(r"^(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?$")
 
 
+def _show(cell: str) -> str:
+    """A CSV cell for an error message: quoted, and cut when long."""
+    return repr(cell) if len(cell) <= 60 else repr(cell[:57] + "...")
+
+
 def parse_azure_timestamp(text: str) -> float:
     """Epoch seconds of an Azure trace timestamp, keeping all (up to 9) fractional digits."""
     m = _STAMP.match(text.strip())
     if m is None:
-        raise ValueError(f"must look like 2023-11-16 18:15:46.6805900, got {text.strip()!r}")
+        raise ValueError("must look like 2023-11-16 18:15:46.6805900, got "
+                         f"{_show(text.strip())}")
     whole = datetime.strptime(m.group(1).replace("T", " "), "%Y-%m-%d %H:%M:%S")
     frac = m.group(2) or ""
     return whole.replace(tzinfo=UTC).timestamp() + (int(frac) / 10 ** len(frac) if frac else 0.0)
@@ -41,9 +47,10 @@ class AzureParser(LineParser):
         if self.index is None:
             missing = [c for c in COLUMNS if c not in cells]
             if missing:
+                got = describe(", ".join(cells))
                 raise self.fail(line, None,
-                                f"header lacks column(s) {', '.join(missing)} (got "
-                                f"{', '.join(cells)}); an Azure LLM trace CSV starts with "
+                                f"header lacks column(s) {', '.join(missing)} (got {got}); an "
+                                "Azure LLM trace CSV starts with "
                                 "TIMESTAMP,ContextTokens,GeneratedTokens")
             self.index = {c: cells.index(c) for c in COLUMNS}
             self.width = len(cells)
@@ -66,8 +73,9 @@ class AzureParser(LineParser):
         try:
             value = int(cell)
         except ValueError:
-            raise self.fail(line, fld, f"must be an integer token count, got {cell!r}") from None
-        return self.count(value, line, fld)
+            raise self.fail(line, fld,
+                            f"must be an integer token count, got {_show(cell)}") from None
+        return self.count(value, line, fld, output=fld == "GeneratedTokens")
 
 
 IMPORTER = Importer(

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.errors import TrafficError
+from autotune.traffic.lines import json_value
+from autotune.traffic.sample import MAX_OUTPUT_TOKENS, MAX_PROMPT_TOKENS
 
 __all__ = ["Importer", "LineParser", "Row", "describe", "is_number"]
 
@@ -42,8 +44,13 @@ class Row:
 
 
 def is_number(v: Any) -> bool:
-    """A JSON number that is finite (not a bool, NaN or infinity)."""
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+    """A JSON number that is a finite float (not a bool, NaN, infinity or a huge integer)."""
+    if not isinstance(v, int | float) or isinstance(v, bool):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # an integer beyond the float range
+        return False
 
 
 def describe(v: Any) -> str:
@@ -52,7 +59,10 @@ def describe(v: Any) -> str:
         return "an object"
     if isinstance(v, list):
         return "a list"
-    text = json.dumps(v) if not isinstance(v, float) or math.isfinite(v) else str(v)
+    try:
+        text = json.dumps(v) if not isinstance(v, float) or math.isfinite(v) else str(v)
+    except ValueError:  # an integer too long to print
+        return "a number of more than 4,300 digits"
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -76,21 +86,26 @@ class LineParser:
 
     def json_object(self, text: str, line: int) -> dict[str, Any]:
         try:
-            obj = json.loads(text, parse_constant=float)
+            obj = json_value(text)
         except ValueError as e:
-            raise self.fail(line, None, f"invalid JSON: {e}") from None
+            raise self.fail(line, None, str(e)) from None
         if not isinstance(obj, dict):
             raise self.fail(line, None, f"each line must be a JSON object, got {describe(obj)}")
         return obj
 
-    def count(self, value: Any, line: int, fld: str, *, low: int = 1) -> int:
-        """A token count: an integer (or integral float) >= ``low``."""
+    def count(self, value: Any, line: int, fld: str, *, low: int = 1,
+              output: bool = False) -> int:
+        """A token count: an integer (or integral float) from ``low`` to the sample format's
+        largest prompt (or, ``output``, output) count."""
         if value is None:
             raise self.fail(line, fld, "required field is missing")
         if not is_number(value) or (isinstance(value, float) and not value.is_integer()):
             raise self.fail(line, fld, f"must be an integer token count, got {describe(value)}")
+        high = MAX_OUTPUT_TOKENS if output else MAX_PROMPT_TOKENS
         if int(value) < low:
-            raise self.fail(line, fld, f"must be >= {low}, got {int(value)}")
+            raise self.fail(line, fld, f"must be >= {low}, got {describe(int(value))}")
+        if int(value) > high:
+            raise self.fail(line, fld, f"must be <= {high:,}, got {describe(int(value))}")
         return int(value)
 
 

@@ -38,7 +38,8 @@ class MooncakeParser(LineParser):
             line=line,
             time_s=float(ts) / 1000.0,
             prompt_tokens=self.count(obj.get("input_length"), line, "input_length"),
-            output_tokens=self.count(obj.get("output_length"), line, "output_length"),
+            output_tokens=self.count(obj.get("output_length"), line, "output_length",
+                                     output=True),
             extra=extra,
         )
 

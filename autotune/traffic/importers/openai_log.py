@@ -87,7 +87,7 @@ class OpenAILogParser(LineParser):
             raise self.fail(line, "usage", "required object with prompt_tokens and "
                                            f"completion_tokens is missing (got {describe(usage)})")
         output_tokens = self.count(usage.get("completion_tokens"), line,
-                                   "usage.completion_tokens")
+                                   "usage.completion_tokens", output=True)
         prompt = self._prompt(pick("prompt"), pick("messages"), line)
         prompt_tokens = None
         if usage.get("prompt_tokens") is not None:

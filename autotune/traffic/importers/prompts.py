@@ -17,7 +17,6 @@ matches the trace. The request keeps the trace's ``prompt_tokens`` either way.
 from __future__ import annotations
 
 import bisect
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from autotune.errors import TrafficError
+from autotune.traffic.lines import iter_lines, json_value
 from autotune.traffic.sample import estimate_tokens
 
 __all__ = ["PromptPool", "load_prompt_pool", "prompt_text"]
@@ -93,28 +93,21 @@ def load_prompt_pool(paths: Iterable[str | Path]) -> PromptPool:
     items: list[tuple[int, str, str]] = []
     for p in paths:
         path = Path(p)
-        try:
-            fh = path.open("rb")
-        except OSError as e:
-            raise TrafficError.at(str(path), None, None,
-                                  f"cannot open prompt file ({e.strerror or e}); pass a JSONL "
-                                  "prompt set, e.g. ../shared/data/prompts/gsm8k_test.jsonl"
-                                  ) from e
         found = 0
-        with fh:
-            for lineno, raw in enumerate(fh, start=1):
-                if not raw.strip():
-                    continue
-                try:
-                    obj = json.loads(raw.decode("utf-8"))
-                except (UnicodeDecodeError, ValueError) as e:
-                    raise TrafficError.at(str(path), lineno, None,
-                                          f"not a JSON line of a prompt set: {e}") from None
-                text = prompt_text(obj)
-                if text is None:
-                    continue
-                found += 1
-                items.append((estimate_tokens(text), text, f"{path.name}:{lineno}"))
+        for raw in iter_lines(path, what="a JSONL prompt set, e.g. "
+                                          "../shared/data/prompts/gsm8k_test.jsonl"):
+            if raw.blank:
+                continue
+            text = raw.text()
+            try:
+                obj = json_value(text)
+            except ValueError as e:
+                raise raw.fail(f"not a JSON line of a prompt set: {e}") from None
+            prompt = prompt_text(obj)
+            if prompt is None:
+                continue
+            found += 1
+            items.append((estimate_tokens(prompt), prompt, f"{path.name}:{raw.number}"))
         if not found:
             raise TrafficError.at(str(path), None, None,
                                   "holds no prompt texts (looked for prompt, problem, question, "

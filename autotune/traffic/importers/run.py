@@ -8,13 +8,10 @@ finds a bad row (without ``skip_invalid``) or when no row is valid.
 
 from __future__ import annotations
 
-import gzip
-import zlib
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import Any
 
 import numpy as np
 
@@ -22,7 +19,8 @@ from autotune.errors import TrafficError
 from autotune.traffic.importers.base import Importer, Row
 from autotune.traffic.importers.prompts import PromptPool, load_prompt_pool
 from autotune.traffic.importers.vllm_bench import bench_record
-from autotune.traffic.sample import estimate_tokens, read_sample
+from autotune.traffic.lines import iter_lines
+from autotune.traffic.sample import MAX_SPAN_S, estimate_tokens, read_sample
 from autotune.traffic.writer import write_jsonl
 
 __all__ = ["ImportReport", "export_vllm_bench", "import_file", "iter_rows"]
@@ -56,26 +54,6 @@ class ImportReport:
         }
 
 
-@contextmanager
-def _open(path: Path) -> Iterator[IO[bytes]]:
-    try:
-        f = path.open("rb")
-    except FileNotFoundError:
-        raise TrafficError.at(str(path), None, None, "file not found") from None
-    except IsADirectoryError:
-        raise TrafficError.at(str(path), None, None, "is a directory, not a trace file") from None
-    except OSError as e:
-        raise TrafficError.at(str(path), None, None, f"cannot open ({e.strerror or e})") from e
-    with f:
-        if f.read(2) == b"\x1f\x8b":
-            f.seek(0)
-            with gzip.GzipFile(fileobj=f, mode="rb") as gz:
-                yield cast(IO[bytes], gz)
-        else:
-            f.seek(0)
-            yield f
-
-
 def iter_rows(importer: Importer, path: str | Path, report: ImportReport,
               skip_invalid: bool = False) -> Iterator[Row]:
     """Stream the valid rows of ``path``; count (and, with ``skip_invalid``, skip) bad ones."""
@@ -83,34 +61,20 @@ def iter_rows(importer: Importer, path: str | Path, report: ImportReport,
     parser = importer.parser(str(src))
     report.skipped = 0
     report.errors = []
-    with _open(src) as fh:
-        lineno = 0
-        while True:
-            lineno += 1
-            try:
-                raw = fh.readline()
-            except (OSError, EOFError, zlib.error) as e:
-                raise TrafficError.at(str(src), lineno, None,
-                                      f"cannot read (corrupt or truncated gzip?): {e}") from e
-            if not raw:
-                break
-            if not raw.strip():
-                continue
-            try:
-                try:
-                    text = raw.decode("utf-8")
-                except UnicodeDecodeError as e:
-                    raise parser.fail(lineno, None, f"invalid UTF-8 at byte {e.start}") from None
-                row = parser.parse(text, lineno)
-            except TrafficError as e:
-                if not skip_invalid:
-                    raise
-                report.skipped += 1
-                if len(report.errors) < _KEEP_ERRORS:
-                    report.errors.append(str(e))
-                continue
-            if row is not None:
-                yield row
+    for raw in iter_lines(src, what="a trace or log file"):
+        if raw.blank:
+            continue
+        try:
+            row = parser.parse(raw.text(), raw.number)
+        except TrafficError as e:
+            if not skip_invalid:
+                raise
+            report.skipped += 1
+            if len(report.errors) < _KEEP_ERRORS:
+                report.errors.append(str(e))
+            continue
+        if row is not None:
+            yield row
 
 
 def _record(row: Row, *, stem: str, origin: float | None, workload: str | None,
@@ -170,6 +134,11 @@ def import_file(importer: Importer, path: str | Path, out: str | Path, *,
             continue
         origin = row.time_s if origin is None else min(origin, row.time_s)
         latest = row.time_s if latest is None else max(latest, row.time_s)
+        if latest - origin > MAX_SPAN_S:
+            raise TrafficError.at(str(src), row.line, "timestamp",
+                                  f"puts the rows {latest - origin:,.0f} s apart, more than "
+                                  f"{MAX_SPAN_S:,.0f} s (a year); is this row's time in the "
+                                  "unit of the others?")
         if last is not None and row.time_s < last:
             report.out_of_order += 1
         last = row.time_s

@@ -28,7 +28,8 @@ class VllmBenchParser(LineParser):
                             "missing; a traffic sample needs each request's output length "
                             "(vLLM's --custom-output-len has no per-request equivalent here)")
         return Row(line=line, prompt=prompt,
-                   output_tokens=self.count(obj["output_tokens"], line, "output_tokens"))
+                   output_tokens=self.count(obj["output_tokens"], line, "output_tokens",
+                                             output=True))
 
 
 def bench_record(request: Request, path: str) -> dict[str, Any]:
