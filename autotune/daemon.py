@@ -34,6 +34,7 @@ from autotune.export import write_atomic
 from autotune.orchestrate import Reporter, TuneOptions, TuneResult, tune
 from autotune.orchestrate.pool import hold_point
 from autotune.store import HeldLease, LeaseHeld, Store
+from autotune.store.engine import database_error_in
 from autotune.traffic import file_sha256
 
 if TYPE_CHECKING:
@@ -184,7 +185,9 @@ def run_pass(options: TuneOptions, store: Store, reporter: Reporter | None = Non
 
     The pass marks its run ``interrupted`` or ``failed`` when trials are cut short; a stop or
     an error after them (while recommending or exporting) is marked here, so the next start
-    with the same inputs resumes the run."""
+    with the same inputs resumes the run. A database error raised through another library
+    (Optuna's storage shares the database) becomes the same one-line StoreError as autotune's
+    own, and leaves the run resumable."""
     watch = _RunWatch(reporter or Reporter(), on_run)
     try:
         return tune(options, store, watch, sample=sample)
@@ -192,9 +195,19 @@ def run_pass(options: TuneOptions, store: Store, reporter: Reporter | None = Non
         _settle(store, watch.run_id, "interrupted", "interrupted by a signal (SIGTERM, SIGINT "
                 "or SIGHUP)")
         raise
-    except BaseException as e:
+    except StoreError as e:  # the database failed, not the run: resume it when it is back
+        _settle(store, watch.run_id, "interrupted", f"database error: {e}")
+        raise
+    except AutotuneError as e:
         _settle(store, watch.run_id, "failed", f"{type(e).__name__}: {e}")
         raise
+    except Exception as e:
+        db = database_error_in(e, store.url)  # e.g. from Optuna's storage in the same database
+        if db is None:
+            _settle(store, watch.run_id, "failed", f"{type(e).__name__}: {e}")
+            raise
+        _settle(store, watch.run_id, "interrupted", f"database error: {db}")
+        raise db from e
 
 
 def _settle(store: Store, run_id: str | None, status: str, why: str) -> None:
@@ -221,14 +234,14 @@ def read_daemon_state(path: Path) -> dict[str, Any] | None:
     cannot be read or is not a JSON object (damaged: a full disk, an editor) gives status
     ``unreadable`` with an ``error`` line; the daemon rewrites it whole on its next write."""
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except FileNotFoundError:
         return None
     except OSError as e:
         return _unreadable(path, f"cannot be read ({e.strerror or e})")
     try:
-        data = json.loads(text)
-    except ValueError as e:
+        data = json.loads(raw.decode("utf-8"))
+    except ValueError as e:  # UnicodeDecodeError included
         return _unreadable(path, f"is not valid JSON ({e})")
     if not isinstance(data, dict):
         return _unreadable(path, f"holds a JSON {type(data).__name__}, not an object")

@@ -40,6 +40,7 @@ __all__ = [
     "DEFAULT_DB_URL",
     "ENV_DB_URL",
     "WRITE",
+    "database_error_in",
     "describe_db_error",
     "is_sqlite",
     "make_engine",
@@ -52,6 +53,9 @@ ENV_DB_URL = "AUTOTUNE_DB_URL"
 DEFAULT_DB_URL = "sqlite:///storage/autotune.db"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 PG_CONNECT_TIMEOUT_S = 10
+#: SQLite errors that mean the disk or the file, not the URL: a full disk or a file-size limit
+#: ("database or disk is full", or "disk I/O error" for EFBIG), a read-only file or folder.
+_SQLITE_DISK_ERRORS = ("disk i/o error", "disk is full", "readonly database", "read-only")
 #: Execution option marking a writer: ``engine.execution_options(**{WRITE: True})``.
 WRITE = "autotune_write"
 
@@ -149,8 +153,27 @@ def describe_db_error(url: str, e: BaseException) -> str:
     text = lines[0] if lines else type(orig).__name__
     if isinstance(e, IntegrityError | DataError | ProgrammingError):
         return f"database {redact(url)} refused the operation: {text}"
+    lowered = text.lower()
+    if is_sqlite(url) and any(k in lowered for k in _SQLITE_DISK_ERRORS):
+        return (f"database {redact(url)} is not usable: {text}; check the disk that holds it: "
+                "free space, quotas and file-size limits, and that the file and its folder are "
+                "writable (what was written before stays intact; the same command resumes the "
+                "run once it is fixed)")
     return (f"database {redact(url)} is not usable: {text}; check --db / {ENV_DB_URL}, that the "
             "server is running and the credentials are right")
+
+
+def database_error_in(e: BaseException, url: str) -> StoreError | None:
+    """A StoreError (one line) for a driver error behind ``e`` — raised, say, inside Optuna's
+    storage, which shares the database —, or None when ``e`` does not come from one."""
+    seen: set[int] = set()
+    cause: BaseException | None = e
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, DBAPIError):
+            return StoreError(describe_db_error(url, cause))
+        cause = cause.__cause__ or cause.__context__
+    return None
 
 
 @contextmanager

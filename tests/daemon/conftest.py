@@ -4,13 +4,11 @@ PostgreSQL server named by ``AUTOTUNE_TEST_POSTGRES_URL`` (the variants skip wit
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-PG_ENV = "AUTOTUNE_TEST_POSTGRES_URL"
+from signal_cases import PG_ENV, pg_schema
 
 
 @pytest.fixture
@@ -19,21 +17,8 @@ def pg_url() -> Iterator[str]:
     admin = os.environ.get(PG_ENV)
     if not admin:
         pytest.skip(f"{PG_ENV} is not set (CI sets it; see .ci/run)")
-    from sqlalchemy import create_engine, text
-    from sqlalchemy.engine import make_url
-
-    schema = f"autotune_test_{uuid.uuid4().hex[:12]}"
-    engine = create_engine(admin)
-    with engine.begin() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    parsed = make_url(admin)
-    url = parsed.set(query={**parsed.query, "options": f"-csearch_path={schema}"})
-    try:
-        yield url.render_as_string(hide_password=False)
-    finally:
-        with engine.begin() as conn:
-            conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
-        engine.dispose()
+    with pg_schema(admin) as url:
+        yield url
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,30 @@ class Outcome:
                 f"state={self.state} runs={','.join(self.runs) or '-'} "
                 f"leftovers={len(self.leftovers)} resumed={self.resumed} "
                 f"repeated={len(self.repeated)} {'OK' if self.ok else 'FAIL'}")
+
+
+PG_ENV = "AUTOTUNE_TEST_POSTGRES_URL"
+
+
+@contextlib.contextmanager
+def pg_schema(admin: str) -> Iterator[str]:
+    """A URL of the PostgreSQL server ``admin`` whose search_path is a fresh, empty schema
+    (dropped afterwards)."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    schema = f"autotune_test_{uuid.uuid4().hex[:12]}"
+    engine = create_engine(admin)
+    with engine.begin() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    parsed = make_url(admin)
+    url = parsed.set(query={**parsed.query, "options": f"-csearch_path={schema}"})
+    try:
+        yield url.render_as_string(hide_password=False)
+    finally:
+        with engine.begin() as conn:
+            conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+        engine.dispose()
 
 
 def write_inputs(folder: Path, trials: int = 2) -> tuple[Path, Path]:
@@ -255,6 +280,8 @@ def matrix(ray: bool = True) -> list[Case]:
     """Every signal × target × moment (the Ray moments on a Ray pool; the others on both)."""
     cases = []
     for moment in MOMENTS:
+        if moment in RAY_ONLY and not ray:
+            continue
         for pool in ((True,) if moment in RAY_ONLY else ((False, True) if ray else (False,))):
             cases.extend(Case(sig, target, moment, pool)
                          for sig in SIGNALS for target in ("process", "group"))
