@@ -502,4 +502,5 @@ def _connect(ray: Any, s: RaySettings, cpus_needed: float) -> None:
             fix = ("retry when the machine is less loaded (a local Ray's processes must start "
                    "within Ray's timeout), or pass --replicas 1 to run the pass in this process "
                    "without Ray")
-        raise BackendError(f"cannot start or join Ray ({where}): {_short(e)}. Fix: {fix}") from e
+        raise BackendError(f"cannot start or join Ray ({where}): {_short(e).rstrip('.')}. "
+                           f"Fix: {fix}") from e
