@@ -21,6 +21,7 @@ from autotune.backends.sim._benchmarks import (
     seed_table,
     seed_table_errors,
 )
+from autotune.backends.sim._catalog import ProfileSummary, profile_catalog
 from autotune.backends.sim._cost import cost_law
 from autotune.backends.sim._engine import EngineConfig, simulate_replay
 from autotune.backends.sim._generate import LENGTHS, LengthModel, generate_requests
@@ -42,12 +43,15 @@ __all__ = [
     "SEED_TABLE",
     "SIM_VERSION",
     "LengthModel",
+    "ProfileSummary",
     "SimBackend",
     "SimReplica",
     "create_sim_backend",
     "generate_requests",
     "known_drafters",
     "known_profiles",
+    "load_profile",
+    "profile_catalog",
     "seed_benchmark_requests",
     "seed_table",
     "seed_table_errors",

@@ -102,7 +102,14 @@ class TableCost(_Strict):
                              "profile file)") from e
         except (OSError, ValueError) as e:
             raise ValueError(f"table file {path}: cannot read it as JSON: {e}") from e
-        return {**data, "table": table, "table_file": str(path)}
+        try:
+            checked = StepTable.model_validate(table)
+        except ValidationError as e:
+            problems = "; ".join(
+                f"{'.'.join(map(str, err['loc'])) or '(top level)'}: "
+                f"{err['msg'].removeprefix('Value error, ')}" for err in e.errors())
+            raise ValueError(f"table file {path}: {problems}") from e
+        return {**data, "table": checked, "table_file": str(path)}
 
 
 class AnalyticDraftCost(_Strict):
@@ -291,11 +298,20 @@ def profile_source(name: str) -> Path:
                       "(policy key sim.profile)")
 
 
+_LAWS = ("analytic", "table")
+
+
 def _format_error(source: Path, err: ValidationError) -> str:
     lines = [f"{source}: invalid sim profile:"]
     for e in err.errors():
-        key = ".".join(str(part) for part in e["loc"]
-                       if not str(part).startswith(("function-", "tagged-union")))
+        parts: list[str] = []
+        loc = [str(part) for part in e["loc"]]
+        for i, part in enumerate(loc):
+            tag = i > 0 and loc[i - 1] == "cost" and part in _LAWS
+            if part.startswith("function-") or tag:
+                continue  # validator wrappers and the cost law's tag are not keys of the file
+            parts.append(part)
+        key = ".".join(parts)
         msg = e["msg"]
         if e["type"] == "extra_forbidden":
             msg = "unknown key (docs/simulator.md lists the fields)"
