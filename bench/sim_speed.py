@@ -27,7 +27,7 @@ def shared_data() -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from autotune.backends.sim import create
+    from autotune.backends.sim import create_sim_backend
     from autotune.traffic import read_sample
     from autotune.traffic.importers import import_traffic
     from autotune.types import ReplaySchedule, ServeSpec, Slo, TrialConfig
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         import_traffic("azure", csv, sample_path, workload="chat")
         import_s = time.perf_counter() - t0
         sample = read_sample(sample_path)
-        replica = create(serve, {}, seed=0).start(config)
+        replica = create_sim_backend(serve, {}, seed=0).start(config)
         t0 = time.perf_counter()
         m = replica.replay(ReplaySchedule(sample, mode="trace", seed=0))
         wall = time.perf_counter() - t0
