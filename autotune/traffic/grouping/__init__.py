@@ -1,15 +1,18 @@
 """Automatic workload grouping of requests that carry no ``workload`` label.
 
 Labels win: labelled requests keep theirs, and a sample whose requests are all labelled comes
-back unchanged. The unlabelled ones are split in two stages, because what sets the batching
-(lengths) and what sets the draft window (acceptance) are different questions:
+back unchanged. The unlabelled ones are split in two stages:
 
-1. **Lengths.** k-means (scipy's ``kmeans2``, k-means++ starts, a seeded generator, best of
-   several restarts, fitted on at most 50,000 requests) on standardised log prompt and log
-   output tokens for k = 2..``max_groups``; k is chosen by the silhouette (on a seeded
-   subsample): the smallest k within 0.05 of the best, and one group when no k reaches
+1. **Shape** (as before): k-means (scipy's ``kmeans2``, k-means++ starts, a seeded generator,
+   best of several restarts, fitted on at most 50,000 requests) on standardised log prompt
+   and log output tokens and, when requests carry predictions, the survival curve (weighing as
+   much as the two lengths) for k = 2..``max_groups``; k is chosen by the silhouette (on a
+   seeded subsample): the smallest k within 0.05 of the best, and one group when no k reaches
    ``MIN_SILHOUETTE``; a k that would leave a group under ``min_group`` is not a candidate.
-2. **Acceptance**, within each length group, when requests carry predictions: each request's
+   The silhouette only sees well-separated groups: sources that differ in acceptance alone
+   overlap request by request (the true partition of chat/code/math scores ~0.05) and pass
+   here as one group.
+2. **Acceptance**, within each first-stage group, when requests carry predictions: each request's
    curve becomes the level and slope of logit(c_k) over the positions; a Gaussian mixture
    chosen by the BIC finds sources that differ (even when their requests overlap), and groups
    are kept apart only when giving each its own best window saves serving time — the window's
