@@ -95,14 +95,17 @@ def _line_features(cols: RequestColumns, rows: IntArray, positions: int) -> Floa
     return out
 
 
-def _steps(cols: RequestColumns, rows: IntArray, positions: int) -> FloatArray:
-    """Per row: out / E_n for n = 1..positions (time units at window n before the step cost)."""
-    out = np.empty((len(rows), positions))
+def _step_sums(cols: RequestColumns, rows: IntArray, positions: int,
+               comp: npt.NDArray[np.intp], k: int) -> FloatArray:
+    """Per component (rows of the result): the sum of out / E_n over its rows for n =
+    1..positions (time units at window n before the step cost), block by block."""
+    sums = np.zeros((k, positions))
     weights = cols.output_tokens[rows].astype(np.float64)
     for start, block in cols.predictions(rows, positions):
         expected = 1.0 + np.cumsum(np.cumprod(block, axis=1), axis=1)
-        out[start:start + len(block)] = weights[start:start + len(block), None] / expected
-    return out
+        steps = weights[start:start + len(block), None] / expected
+        np.add.at(sums, comp[start:start + len(block)], steps)
+    return sums
 
 
 def _cost_table(positions: int) -> FloatArray:
@@ -255,10 +258,9 @@ def split_by_acceptance(cols: RequestColumns, rows: IntArray, seed: int,
     components = len(mixture.weights)
     comp = mixture.assign(x) if components > 1 else np.zeros(len(x), dtype=np.intp)
     del x
-    steps = _steps(cols, with_curve, positions)
-    times = [steps[comp == j].sum(axis=0) for j in range(components)]
-    sizes = [int((comp == j).sum()) for j in range(components)]
-    del steps
+    sums = _step_sums(cols, with_curve, positions, comp, components)
+    times = [sums[j] for j in range(components)]
+    sizes = [int(n) for n in np.bincount(comp, minlength=components)]
     present_ids = [j for j in range(components) if sizes[j] > 0]
     members = _merge([times[j] for j in present_ids], [sizes[j] for j in present_ids],
                      min_group, costs)
