@@ -4,7 +4,9 @@ Every config of windows 1-5 x ``max_num_seqs`` 1/4/16 (``max_num_batched_tokens`
 no speculation at each ``max_num_seqs`` as a reference, is measured through autotune's own vllm
 backend (``create_backend("vllm", policy.serve, ...)``): one server start per config (the
 trial's flags), then ``--repeats`` closed-loop replays of real GSM8K questions (16 in flight,
-4 warm-up + 20 measured requests x 32 output tokens, greedy, ``ignore_eos``) on it, then stop.
+2 warm-up + 16 measured requests x 24 output tokens, greedy, ``ignore_eos``) on it, then stop.
+Configs run from the fastest (16 sequences) to the slowest (one sequence), so a partial cache
+holds whole batching levels.
 Every replay is one line of bench/data/engine-oracle-<pairhash>.jsonl, written as soon as it is
 read, so an interrupted run resumes where it stopped (only the missing readings are taken).
 
@@ -41,9 +43,11 @@ WINDOWS = [1, 2, 3, 4, 5]
 MAX_NUM_SEQS = [1, 4, 16]
 MAX_NUM_BATCHED_TOKENS = 2048
 CONCURRENCY = 16
-REQUESTS = 24          # 4 warm-up + 20 measured
-WARMUP = 4
-OUTPUT_TOKENS = 32
+REQUESTS = 18          # 2 warm-up + 16 measured
+WARMUP = 2
+OUTPUT_TOKENS = 24
+#: What a reading replayed; readings of another workload in the cache are not counted.
+WORKLOAD_TAG = f"gsm8k-closed{CONCURRENCY}-{REQUESTS}x{OUTPUT_TOKENS}-warmup{WARMUP}"
 #: Loose bounds (the CPU engine under other load): goodput counts requests that finish sanely.
 SLO = {"ttft_p99_ms": 60_000.0, "itl_p99_ms": 2_000.0}
 CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "2", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -92,12 +96,11 @@ def workload(n: int = REQUESTS, output_tokens: int = OUTPUT_TOKENS) -> list[Any]
 
 
 def configs() -> list[Any]:
-    """Every speculative config, then no speculation at each max_num_seqs."""
+    """Per max_num_seqs (most first): no speculation, then every window."""
     from autotune.types import TrialConfig
 
-    spec = [TrialConfig(k, False, s, MAX_NUM_BATCHED_TOKENS)
-            for s in MAX_NUM_SEQS for k in WINDOWS]
-    return spec + [TrialConfig(0, False, s, MAX_NUM_BATCHED_TOKENS) for s in MAX_NUM_SEQS]
+    return [TrialConfig(k, False, s, MAX_NUM_BATCHED_TOKENS)
+            for s in sorted(MAX_NUM_SEQS, reverse=True) for k in [0, *WINDOWS]]
 
 
 def cache_path(pair: Any) -> Path:
@@ -116,9 +119,11 @@ def read_cache(path: Path) -> list[dict[str, Any]]:
     for line in path.read_text(encoding="utf-8").splitlines():
         if line.strip():
             try:
-                rows.append(json.loads(line))
+                row = json.loads(line)
             except json.JSONDecodeError:
                 continue  # a line cut by an interrupted write: that reading is taken again
+            if row.get("workload") == WORKLOAD_TAG:
+                rows.append(row)
     return rows
 
 
@@ -158,7 +163,7 @@ def measure(pair: Any, repeats: int, log_dir: str | None = None) -> Iterator[dic
                 schedule = ReplaySchedule(requests, mode="closed", concurrency=CONCURRENCY,
                                           warmup_requests=WARMUP, seed=r)
                 m = replica.replay(schedule, lambda done, total: None)
-                row = {"pair": pair.recipe.name, "digest": pair.digest,
+                row = {"pair": pair.recipe.name, "digest": pair.digest, "workload": WORKLOAD_TAG,
                        "config": cfg.as_dict(), "repeat": have.get(_key(cfg.as_dict()), 0) + r,
                        "summary": _finite(m.summary(slo)),
                        "server_startup_s": m.extra.get("server_startup_s"),
