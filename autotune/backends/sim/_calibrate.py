@@ -86,15 +86,26 @@ def _emitted(lines: FloatArray, step_sd: float, n: int) -> FloatArray:
     return out
 
 
-def _time(cost: AnalyticStepCost, n: int, b: _Bench, emitted: FloatArray) -> float:
-    """Seconds to serve benchmark ``b`` one request at a time at window ``n`` (0: no drafter)."""
-    c = cost.cost
-    prefill = np.array([cost.target(p, 0.0, p * p / 2.0) for p in b.prompt])
-    step = c.fixed_s + cost.expert_seconds(1 + n) + c.token_s * (1 + n) \
-        + c.kv_token_s * (b.prompt + b.output / 2.0)
-    if n > 0:
-        prefill = prefill + np.array([cost.draft_time(n, 1, int(p)) for p in b.prompt])
-        step = step + cost.draft_time(n, 1, 0)
+def _time(cost: AnalyticStepCost, n: int, b: _Bench, emitted: FloatArray,
+          cache: dict[tuple[int, int], tuple[FloatArray, FloatArray]] | None = None) -> float:
+    """Seconds to serve benchmark ``b`` one request at a time at window ``n`` (0: no drafter).
+
+    The prefill and per-step times do not depend on acceptance: ``cache`` keeps them per
+    (benchmark, window) across calls."""
+    key = (id(b), n)
+    hit = cache.get(key) if cache is not None else None
+    if hit is None:
+        c = cost.cost
+        prefill = np.array([cost.target(p, 0.0, p * p / 2.0) for p in b.prompt])
+        step = c.fixed_s + cost.expert_seconds(1 + n) + c.token_s * (1 + n) \
+            + c.kv_token_s * (b.prompt + b.output / 2.0)
+        if n > 0:
+            prefill = prefill + np.array([cost.draft_time(n, 1, int(p)) for p in b.prompt])
+            step = step + cost.draft_time(n, 1, 0)
+        hit = (prefill, step)
+        if cache is not None:
+            cache[key] = hit
+    prefill, step = hit
     steps = (b.output - 1.0) / emitted + 0.5 * (1.0 - 1.0 / emitted)
     return float((prefill + steps * step).sum())
 
@@ -113,7 +124,8 @@ class _Model:
         sd = self.drafter.priors["default"].request_sd
         self.benches = {name: _bench(reqs, sd, block, seeds)
                         for name, reqs in benchmarks.items()}
-        self.base = {name: _time(self.cost, 0, b, np.ones(b.output.size))
+        self._cache: dict[tuple[int, int], tuple[FloatArray, FloatArray]] = {}
+        self.base = {name: _time(self.cost, 0, b, np.ones(b.output.size), self._cache)
                      for name, b in self.benches.items()}
 
     def speedup(self, name: str, prior: AcceptancePrior, n: int) -> float:
@@ -122,7 +134,7 @@ class _Model:
         for noise in b.noise:
             lines = logit(prior.c1) + prior.slope * np.arange(noise.shape[1]) + noise
             out += self.base[name] / _time(self.cost, n, b,
-                                           _emitted(lines, prior.step_sd, n))
+                                           _emitted(lines, prior.step_sd, n), self._cache)
         return out / len(b.noise)
 
 
