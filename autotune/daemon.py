@@ -3,10 +3,14 @@
 ``run_daemon`` tunes once, then sleeps until the next pass is due — the policy's cron schedule,
 or ``--every`` — or until the traffic file changes (size or mtime first, then its sha256), and
 tunes again. Scheduled and change-triggered passes re-tune only workloads whose traffic drifted
-since their active recommendation was tuned (``autotune.traffic.drift``). SIGTERM and SIGINT
-stop it: the trial in flight is aborted (its replica stopped), the run is marked
-``interrupted`` and the process exits 0. A state file (default ``storage/daemon.json``) says
-what the daemon is doing, for ``autotune status``.
+since their active recommendation was tuned (``autotune.traffic.drift``).
+
+SIGTERM, SIGINT and SIGHUP stop it at any moment, sent to the process or to its whole process
+group (``timeout``, systemd): :func:`stop_signals` turns the first one into KeyboardInterrupt
+(later ones are ignored while stopping), the trial in flight is aborted (its replica stopped, a
+Ray this pass started shut down), the run is marked ``interrupted`` (:func:`run_pass`), the
+state file says ``stopped`` and the daemon exits 0. A state file (default
+``storage/daemon.json``) says what the daemon is doing, for ``autotune status``.
 """
 
 from __future__ import annotations
@@ -15,20 +19,25 @@ import json
 import logging
 import os
 import signal
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from autotune.errors import ConfigError, TrafficError
+from autotune.errors import AutotuneError, ConfigError, StoreError, TrafficError
 from autotune.export import write_atomic
 from autotune.orchestrate import Reporter, TuneOptions, TuneResult, tune
-from autotune.store import Store
+from autotune.orchestrate.pool import hold_point
+from autotune.store import HeldLease, LeaseHeld, Store
 from autotune.traffic import file_sha256
+
+if TYPE_CHECKING:
+    from autotune.traffic.load import SampleWorkloads
 
 __all__ = [
     "DEFAULT_STATE_PATH",
@@ -38,7 +47,10 @@ __all__ = [
     "read_daemon_state",
     "run_daemon",
     "run_nightly",
+    "run_pass",
     "stop_signals",
+    "tuning_lease",
+    "write_stopped_state",
 ]
 
 log = logging.getLogger(__name__)
@@ -73,20 +85,127 @@ def next_cron(expr: str, after: datetime) -> datetime:
     return nxt
 
 
+#: The signals that stop autotune cleanly: systemd and `timeout` send SIGTERM, a terminal
+#: Ctrl-C SIGINT, a closed terminal or `kill -HUP` SIGHUP.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
 @contextmanager
 def stop_signals() -> Iterator[None]:
-    """Make SIGTERM and SIGHUP behave like Ctrl-C (KeyboardInterrupt) while the block runs,
-    so every replica is stopped and the run marked interrupted on the way out."""
+    """Make SIGTERM, SIGINT and SIGHUP raise KeyboardInterrupt while the block runs, so every
+    replica is stopped and the run marked interrupted on the way out.
+
+    Only the first signal raises: the same stop often arrives twice (``timeout`` signals its
+    child and then the child's process group), and a second KeyboardInterrupt would cut the
+    clean stop short (the run left ``running``, the state file not written). Later ones are
+    logged and ignored; SIGKILL remains for a stop that hangs.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    stopping: list[str] = []
 
     def handler(signum: int, _frame: FrameType | None) -> None:
-        raise KeyboardInterrupt(signal.Signals(signum).name)
+        name = signal.Signals(signum).name
+        if stopping:
+            log.warning("%s: already stopping (on %s)", name, stopping[0])
+            return
+        stopping.append(name)
+        raise KeyboardInterrupt(name)
 
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
     try:
         yield
     finally:
         for sig, old in previous.items():
-            signal.signal(sig, old)
+            signal.signal(sig, old if old is not None else signal.SIG_DFL)
+
+
+def _stop_main_thread(_why: str) -> None:
+    """Stop the main thread as a signal would (the lease was lost)."""
+    signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGTERM)
+
+
+@contextmanager
+def tuning_lease(store: Store, traffic: Path, command: str) -> Iterator[HeldLease]:
+    """Hold the lease on ``traffic`` in ``store`` while the block runs (one process per database
+    and traffic, ``autotune.store.lease``): raises LeaseHeld, naming the holder, when another
+    process holds it. If the lease is lost meanwhile (taken over after this process could not
+    renew it), the block is stopped as by a signal and ends with a StoreError saying so."""
+    lease = HeldLease(store, traffic, command, on_lost=_stop_main_thread)
+    with lease:
+        try:
+            yield lease
+        except KeyboardInterrupt as e:
+            if lease.lost:
+                raise StoreError(lease.lost) from e
+            raise
+
+
+class _RunWatch(Reporter):
+    """Passes every hook to ``inner`` and remembers the pass's run id (and says it in the state
+    file), so a pass stopped half-way can mark its run."""
+
+    def __init__(self, inner: Reporter, on_run: Callable[[str], None] | None = None) -> None:
+        self.inner = inner
+        self.on_run = on_run
+        self.run_id: str | None = None
+
+    def sample_loaded(self, sample: SampleWorkloads, workloads: Mapping[str, int]) -> None:
+        self.inner.sample_loaded(sample, workloads)
+
+    def run_started(self, run_id: str, resumed: bool, finished_trials: int) -> None:
+        self.run_id = run_id
+        if self.on_run is not None:
+            self.on_run(run_id)
+        self.inner.run_started(run_id, resumed, finished_trials)
+
+    # The suggestion, outcome and result types belong to parts the daemon does not import.
+    def trial_started(self, workload: str, s: Any, budget: int, finished: int) -> None:
+        self.inner.trial_started(workload, s, budget, finished)
+
+    def trial_finished(self, workload: str, s: Any, outcome: Any, error: str | None) -> None:
+        self.inner.trial_finished(workload, s, outcome, error)
+
+    def replay_progress(self, done: int, total: int | None) -> None:
+        self.inner.replay_progress(done, total)
+
+    def workload_finished(self, result: Any) -> None:
+        self.inner.workload_finished(result)
+
+    def workload_skipped(self, workload: str, why: str) -> None:
+        self.inner.workload_skipped(workload, why)
+
+
+def run_pass(options: TuneOptions, store: Store, reporter: Reporter | None = None, *,
+             sample: SampleWorkloads | None = None,
+             on_run: Callable[[str], None] | None = None) -> TuneResult:
+    """One tuning pass whose run is never left ``running`` by a stop or an error.
+
+    The pass marks its run ``interrupted`` or ``failed`` when trials are cut short; a stop or
+    an error after them (while recommending or exporting) is marked here, so the next start
+    with the same inputs resumes the run."""
+    watch = _RunWatch(reporter or Reporter(), on_run)
+    try:
+        return tune(options, store, watch, sample=sample)
+    except KeyboardInterrupt:
+        _settle(store, watch.run_id, "interrupted", "interrupted by a signal (SIGTERM, SIGINT "
+                "or SIGHUP)")
+        raise
+    except BaseException as e:
+        _settle(store, watch.run_id, "failed", f"{type(e).__name__}: {e}")
+        raise
+
+
+def _settle(store: Store, run_id: str | None, status: str, why: str) -> None:
+    """Mark ``run_id`` ``status`` if it is still ``running``; never raises for the database."""
+    if run_id is None:
+        return
+    try:
+        if store.run(run_id).status == "running":
+            store.set_run_status(run_id, status, why)
+    except (StoreError, OSError) as e:
+        log.warning("cannot mark run %s %s: %s", run_id, status, e)
 
 
 def _write_state(path: Path, **state: Any) -> None:
@@ -98,14 +217,33 @@ def _write_state(path: Path, **state: Any) -> None:
 
 
 def read_daemon_state(path: Path) -> dict[str, Any] | None:
+    """The state file's content (plus ``alive``), or None when there is none. A file that
+    cannot be read or is not a JSON object (damaged: a full disk, an editor) gives status
+    ``unreadable`` with an ``error`` line; the daemon rewrites it whole on its next write."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        text = path.read_text()
+    except FileNotFoundError:
         return None
-    if isinstance(data, dict):
-        data["alive"] = _alive(int(data.get("pid", 0))) and data.get("status") != "stopped"
-        return data
-    return None
+    except OSError as e:
+        return _unreadable(path, f"cannot be read ({e.strerror or e})")
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        return _unreadable(path, f"is not valid JSON ({e})")
+    if not isinstance(data, dict):
+        return _unreadable(path, f"holds a JSON {type(data).__name__}, not an object")
+    try:
+        pid = int(data.get("pid") or 0)
+    except (TypeError, ValueError):
+        return _unreadable(path, f"has a pid that is not a number ({data.get('pid')!r})")
+    data["alive"] = _alive(pid) and data.get("status") != "stopped"
+    return data
+
+
+def _unreadable(path: Path, why: str) -> dict[str, Any]:
+    error = f"daemon state file {path} {why}; the next `autotune start` rewrites it"
+    log.warning("%s", error)
+    return {"status": "unreadable", "alive": False, "error": error}
 
 
 def _alive(pid: int) -> bool:
@@ -157,36 +295,52 @@ def _due(options: DaemonOptions, last_end: datetime) -> datetime | None:
     return None
 
 
+def write_stopped_state(path: Path, traffic: Path, last_run: str | None = None,
+                        error: str | None = None) -> None:
+    """Say in the state file that the daemon stopped (with the error that stopped it)."""
+    extra = {"error": error} if error else {}
+    _write_state(path, status="stopped", current_run=None, last_run=last_run, next_pass=None,
+                 traffic=str(traffic), **extra)
+
+
 def run_daemon(options: DaemonOptions, store: Store,
                reporter: Callable[[], Reporter] = Reporter,
                on_pass: Callable[[TuneResult, str], None] | None = None) -> int:
-    """Tune, then re-tune on schedule or traffic change until stopped; returns the exit code."""
+    """Tune, then re-tune on schedule or traffic change until stopped; returns the exit code.
+
+    A stop signal ends it with 0 (run interrupted, state ``stopped``); an error ends it with
+    the error raised after the state file says ``stopped`` and why."""
     state = options.state_path
-    watch = _Watch(options.tune.traffic)
+    traffic = options.tune.traffic
+    watch = _Watch(traffic)
     passes = 0
     last_run: str | None = None
     reason = "start"
     in_pass = False
+
+    def running(run_id: str) -> None:
+        _write_state(state, status="tuning", reason=reason, current_run=run_id,
+                     last_run=last_run, next_pass=None, traffic=str(traffic))
+
     try:
-        with stop_signals():
+        with stop_signals(), tuning_lease(store, traffic, "start"):
             while True:
+                in_pass = True
+                _write_state(state, status="tuning", reason=reason, current_run=None,
+                             last_run=last_run, next_pass=None, traffic=str(traffic))
+                hold_point("loading")
                 if watch.path.exists():
                     watch.snapshot()
-                _write_state(state, status="tuning", reason=reason, current_run=None,
-                             last_run=last_run, next_pass=None,
-                             traffic=str(options.tune.traffic))
                 opts = replace(options.tune, drift_check=passes > 0)
                 try:
-                    in_pass = True
                     with reporter() as rep:
-                        result = tune(opts, store, rep)
-                    in_pass = False
+                        result = run_pass(opts, store, rep, on_run=running)
                 except TrafficError as e:
-                    in_pass = False
                     if passes == 0:
                         raise
                     log.error("pass skipped: %s", e)  # keep serving the last recommendations
                     result = None
+                in_pass = False
                 passes += 1
                 if result is not None:
                     last_run = result.run_id or last_run
@@ -197,16 +351,25 @@ def run_daemon(options: DaemonOptions, store: Store,
                 due = _due(options, _now())
                 _write_state(state, status="sleeping", current_run=None, last_run=last_run,
                              next_pass=due.isoformat(timespec="seconds") if due else None,
-                             traffic=str(options.tune.traffic))
+                             traffic=str(traffic))
                 log.warning("next pass %s; watching %s for changes",
                             f"at {due.isoformat(timespec='seconds')}" if due else
-                            "when the traffic changes", options.tune.traffic)
+                            "when the traffic changes", traffic)
+                hold_point("sleeping")
                 reason = _sleep_until(due, watch, options.poll_s)
-    except KeyboardInterrupt:
-        log.warning("stopping%s", ": the interrupted run resumes on the next start with the "
-                    "same inputs" if in_pass else "")
-    _write_state(state, status="stopped", current_run=None, last_run=last_run, next_pass=None,
-                 traffic=str(options.tune.traffic))
+    except KeyboardInterrupt as e:
+        log.warning("stopping on %s%s", e.args[0] if e.args else "SIGINT",
+                    ": the interrupted run resumes on the next start with the same inputs"
+                    if in_pass else "")
+    except LeaseHeld:
+        raise  # another daemon's: its state file is not this one's to write
+    except AutotuneError as e:
+        write_stopped_state(state, traffic, last_run, error=str(e).splitlines()[0])
+        raise
+    except BaseException as e:
+        write_stopped_state(state, traffic, last_run, error=f"{type(e).__name__}: {e}")
+        raise
+    write_stopped_state(state, traffic, last_run)
     return 0
 
 
@@ -238,7 +401,10 @@ def run_nightly(options: TuneOptions, store: Store, traffic_dir: Path, count: in
     """One pass over the newest sample(s); only drifted or new workloads are re-tuned."""
     summary: dict[str, Any] = {"status": "finished", "samples": []}
     for path in newest_samples(traffic_dir, count):
-        result = tune(replace(options, traffic=path, drift_check=True), store, reporter)
+        with tuning_lease(store, path, "nightly"):
+            hold_point("loading")
+            result = run_pass(replace(options, traffic=path, drift_check=True), store,
+                              reporter)
         summary["samples"].append(pass_summary(path, result))
     return summary
 

@@ -108,8 +108,8 @@ def start(traffic: Path, once: bool, endpoint: str | None, every: float | None,
 
     Without --once it keeps running: it re-tunes when the policy's schedule.cron fires (or
     every --every), or when the traffic file changes, and then only the workloads whose traffic
-    drifted. SIGTERM or Ctrl-C stops it cleanly (exit 0); a run stopped mid-way is resumed by
-    the next start with the same inputs.
+    drifted. SIGTERM, SIGINT (Ctrl-C) or SIGHUP stops it cleanly at any moment (exit 0; --once
+    exits 130); a run stopped mid-way is resumed by the next start with the same inputs.
 
     \b
     Example:
@@ -117,28 +117,31 @@ def start(traffic: Path, once: bool, endpoint: str | None, every: float | None,
       autotune start --traffic sample.jsonl --policy policies/latency.yaml --budget-trials 8
       autotune start --traffic /data/traffic.jsonl --every 30m
     """
-    from autotune.daemon import DaemonOptions, run_daemon, stop_signals
-    from autotune.orchestrate import tune
+    from autotune.daemon import DaemonOptions, run_daemon, run_pass, stop_signals, tuning_lease
     from autotune.orchestrate.tuning import load_traffic
     from autotune.ui import RichReporter, err, print_pass
 
-    options = _tune_options(traffic, endpoint=endpoint, **flags)
-    # A bad sample stops --once here, before the database is created or written.
-    sample = load_traffic(options) if once else None
-    store = _open_store(db)
-    if not once:
-        daemon = DaemonOptions(tune=options, every_s=every, cron=options.policy.schedule.cron,
-                               state_path=state_file)
-        sys.exit(run_daemon(daemon, store, RichReporter,
-                            on_pass=lambda r, why: print_pass(r, options.policy, why,
-                                                              wide=wide)))
-    try:
-        with stop_signals(), RichReporter() as reporter:
-            result = tune(options, store, reporter, sample=sample)
-    except KeyboardInterrupt:
-        err.print("interrupted: the run is marked interrupted; the same `autotune start` "
-                  "resumes it without repeating finished trials")
-        sys.exit(130)
+    with stop_signals():
+        try:
+            options = _tune_options(traffic, endpoint=endpoint, **flags)
+            # A bad sample stops --once here, before the database is created or written.
+            sample = load_traffic(options) if once else None
+            store = _open_store(db)
+            if not once:
+                daemon = DaemonOptions(tune=options, every_s=every,
+                                       cron=options.policy.schedule.cron, state_path=state_file)
+                code = run_daemon(daemon, store, RichReporter,
+                                  on_pass=lambda r, why: print_pass(r, options.policy, why,
+                                                                    wide=wide))
+                sys.exit(code)
+            with tuning_lease(store, traffic, "start"), RichReporter() as reporter:
+                result = run_pass(options, store, reporter, sample=sample)
+        except KeyboardInterrupt:
+            if not once:  # stopped before the daemon's loop began
+                sys.exit(0)
+            err.print("interrupted: the run is marked interrupted; the same `autotune start` "
+                      "resumes it without repeating finished trials")
+            sys.exit(130)
     print_pass(result, options.policy, None, wide=wide)
 
 
@@ -495,11 +498,16 @@ def nightly(traffic_dir: Path, latest: int, db: str | None, **flags: Any) -> Non
       0 2 * * * autotune nightly --traffic-dir /data/traffic --db $AUTOTUNE_DB_URL
     """
     from autotune.daemon import run_nightly, stop_signals
-    from autotune.ui import print_json
+    from autotune.ui import err, print_json
 
-    options = _tune_options(traffic_dir, **flags)
     with stop_signals():
-        summary = run_nightly(options, _open_store(db), traffic_dir, latest)
+        try:
+            options = _tune_options(traffic_dir, **flags)
+            summary = run_nightly(options, _open_store(db), traffic_dir, latest)
+        except KeyboardInterrupt:
+            err.print("interrupted: the run is marked interrupted; the next nightly with the "
+                      "same sample resumes it without repeating finished trials")
+            sys.exit(130)
     print_json(summary)
 
 

@@ -31,11 +31,12 @@ import math
 import os
 import signal
 import socket
+import sys
 import time
 import uuid
 from collections import deque
-from collections.abc import Hashable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Hashable, Mapping
+from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -51,7 +52,15 @@ from autotune.orchestrate.placement import (
     replicas_fit,
     reserve,
 )
-from autotune.orchestrate.pool import Pool, SerialPool, TrialResult, TrialTask, run_trial
+from autotune.orchestrate.pool import (
+    Pool,
+    SerialPool,
+    TrialResult,
+    TrialTask,
+    hold_point,
+    run_trial,
+    signals_held,
+)
 from autotune.types import Progress, ServeSpec
 
 __all__ = ["RayPool", "RaySettings", "ReplicaWorker", "open_pool", "uses_ray"]
@@ -110,11 +119,28 @@ def open_pool(s: RaySettings, backend: Backend, progress: Progress | None = None
     return RayPool.open(s)
 
 
+#: Ray's C++ core installs a crash handler for SIGTERM too, in this driver when it connects:
+#: it prints a stack trace and aborts the process, skipping autotune's clean stop. Ray reads
+#: this variable when it is imported; it is set for that import only, so the replica
+#: processes Ray starts keep their crash handler.
+_RAY_NO_SIGNAL_HANDLER = "RAY_DISABLE_FAILURE_SIGNAL_HANDLER"
+
+
+#: Milliseconds the driver waits, on shutdown, to flush task events to the GCS (Ray: 5000).
+_RAY_FLUSH_TIMEOUT = "RAY_task_events_shutdown_flush_timeout_ms"
+
+
 def _ray() -> Any:
+    fresh = "ray" not in sys.modules and _RAY_NO_SIGNAL_HANDLER not in os.environ
+    if fresh:
+        os.environ[_RAY_NO_SIGNAL_HANDLER] = "1"
     try:
         import ray
     except ImportError as e:
         raise DependencyError.missing("ray", "ray", "Running replicas on Ray") from e
+    finally:
+        if fresh:
+            os.environ.pop(_RAY_NO_SIGNAL_HANDLER, None)
     return ray
 
 
@@ -234,14 +260,14 @@ class RayPool:
         ray = _ray()
         shape = replica_shape(s.kind, s.serve, s.cpus_per_replica)
         wanted = _replicas_without_cluster(s)
-        owns = False
-        if not ray.is_initialized():
-            with _keep_signal_handlers():
-                _connect(ray, s, (wanted or 1) * shape.cpus)
-            owns = True
+        owns = not ray.is_initialized()
         groups: list[Any] = []
         pool: RayPool | None = None
         try:
+            if owns:
+                with signals_held():
+                    _connect(ray, s, (wanted or 1) * shape.cpus)
+                    hold_point("pool-starting")
             nodes = live_nodes()
             if wanted is None:
                 wanted = max(1, replicas_fit(shape, nodes))
@@ -256,7 +282,8 @@ class RayPool:
             else:
                 release(groups)
                 if owns:
-                    _shutdown(ray)
+                    with signals_held():
+                        ray.shutdown()
             raise
         log.info("Ray pool: %d %s replicas (%s each) on %s", len(pool._slots), s.kind,
                  shape.describe(), sorted({sl.node or "?" for sl in pool._slots}))
@@ -298,14 +325,24 @@ class RayPool:
             return
         self._closed = True
         ray = _ray()
-        for slot in self._slots:
-            self._kill(slot)
-        release([slot.group for slot in self._slots])
+        with signals_held():
+            hold_point("pool-stopping")
+            if self.owns_ray:
+                # Stopping the Ray this pool started ends its actors and placement groups with
+                # it, without a call to its GCS, which a signal to the whole process group
+                # (`timeout`, systemd) has already stopped: such a call would hang for a minute.
+                local = [int(sl.info["pid"]) for sl in self._slots if sl.info.get("pid")]
+                if ray.is_initialized():
+                    ray.shutdown()
+                _reap(local)
+            else:
+                for slot in self._slots:
+                    self._kill(slot)
+                release([slot.group for slot in self._slots])
         self._slots = []
         self._queue.clear()
         self._inflight.clear()
-        if self.owns_ray and ray.is_initialized():
-            _shutdown(ray)
+        hold_point("recommending")
 
     # ---------------------------------------------------------------------- the Pool API
     @property
@@ -327,6 +364,7 @@ class RayPool:
 
     def wait(self) -> TrialResult:
         ray = _ray()
+        hold_point("trial")
         while True:
             if self._failed:
                 return self._failed.popleft()
@@ -450,24 +488,36 @@ class RayPool:
         slot.actor = None
 
 
-@contextmanager
-def _keep_signal_handlers() -> Iterator[None]:
-    """Ray's driver installs its own SIGTERM/SIGINT handlers (in Python and in its C++ core,
-    also on shutdown), which would end the process without autotune's clean stop (run marked
-    interrupted, replicas stopped). Re-installing the Python handlers that were in place before
-    re-registers them with the OS too."""
-    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+def _reap(pids: list[int], timeout_s: float = 5.0) -> None:
+    """Wait for the local actor processes of a stopped Ray to exit; SIGKILL the stragglers.
+
+    After ``ray.shutdown`` the workers notice their raylet is gone and exit on their own,
+    usually within a second; one blocked in a trial may not."""
+    deadline = time.monotonic() + timeout_s
+    left = list(pids)
+    while left and time.monotonic() < deadline:
+        left = [p for p in left if _running(p)]
+        if left:
+            time.sleep(0.05)
+    for pid in left:
+        log.warning("replica process %d outlived Ray's shutdown; killing it", pid)
+        with suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _running(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
     try:
-        yield
-    finally:
-        for sig, handler in handlers.items():
-            if handler is not None:
-                signal.signal(sig, handler)
-
-
-def _shutdown(ray: Any) -> None:
-    with _keep_signal_handlers():
-        ray.shutdown()
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
 
 
 _RAY_TOKEN_LOGGER = "ray._private.authentication.authentication_token_setup"
@@ -480,6 +530,9 @@ def _drop_token_notice(record: logging.LogRecord) -> bool:
 
 def _connect(ray: Any, s: RaySettings, cpus_needed: float) -> None:
     """``ray.init``: join ``s.address`` or ``$RAY_ADDRESS``, else start a local Ray."""
+    # On shutdown the driver flushes its task events to the GCS for up to 5 s; after a signal
+    # to the whole process group the GCS is gone and the stop would wait for nothing.
+    os.environ.setdefault(_RAY_FLUSH_TIMEOUT, "1000")
     try:
         if s.address is not None:
             ray.init(address=s.address, logging_level=logging.WARNING)

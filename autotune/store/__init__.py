@@ -2,13 +2,14 @@
 
 :class:`Store` is the one way in; opening it creates or upgrades the schema (Alembic
 migrations shipped in ``autotune/store/migrations``); :func:`upgrade` is ``autotune db
-upgrade``. All of autotune's tables are named ``autotune_*``: Optuna's studies share the
-database.
+upgrade``; :class:`HeldLease` keeps one process per database and traffic. All of autotune's
+tables are named ``autotune_*``: Optuna's studies share the database.
 """
 
 from __future__ import annotations
 
 from autotune.store.engine import DEFAULT_DB_URL, ENV_DB_URL, resolve_url
+from autotune.store.lease import HeldLease, LeaseHeld, LeaseRecord, lease_key, leases
 from autotune.store.records import (
     CalibrationRecord,
     RecommendationRecord,
@@ -24,12 +25,17 @@ __all__ = [
     "ENV_DB_URL",
     "HEAD",
     "CalibrationRecord",
+    "HeldLease",
+    "LeaseHeld",
+    "LeaseRecord",
     "RecommendationRecord",
     "RunRecord",
     "SampleRecord",
     "Store",
     "TrialRecord",
     "UpgradeResult",
+    "lease_key",
+    "leases",
     "new_run_id",
     "resolve_url",
     "upgrade",

@@ -4,6 +4,7 @@ autotune_traffic_samples ─< autotune_workloads
 autotune_traffic_samples ─< autotune_runs ─< autotune_trials
 autotune_runs ─< autotune_recommendations (lifecycle candidate → active → retired)
 autotune_calibrations (acceptance-head calibration fits, per workload)
+autotune_leases (one process tuning a traffic on this database: holder, heartbeat, expiry)
 
 Every table name starts with ``autotune_``: Optuna keeps its studies in the same database
 (its own ``studies``, ``trials``, ``alembic_version`` ... tables), and revision 0001's unprefixed
@@ -40,6 +41,7 @@ __all__ = [
     "TABLE_PREFIX",
     "Base",
     "CalibrationRow",
+    "LeaseRow",
     "RecommendationRow",
     "RunRow",
     "TrafficSampleRow",
@@ -177,3 +179,24 @@ class CalibrationRow(Base):
     ece_before: Mapped[float | None] = mapped_column(Float, nullable=True)
     ece_after: Mapped[float | None] = mapped_column(Float, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class LeaseRow(Base):
+    """Revision 0003: who is tuning a traffic on this database (``autotune.store.lease``)."""
+
+    __tablename__ = "autotune_leases"
+
+    #: sha256 of the lease key (the traffic's absolute path), so any path fits the index.
+    key_sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    traffic: Mapped[str] = mapped_column(Text)
+    #: A random token naming the holding process; renewals and the release match it.
+    holder: Mapped[str] = mapped_column(String(64))
+    host: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int] = mapped_column(Integer)
+    #: ``<boot id>/<pid namespace>/<start time>`` of the holder: on the same machine and pid
+    #: namespace, a holder that died is recognised at once instead of at expiry.
+    process: Mapped[str] = mapped_column(String(200))
+    command: Mapped[str] = mapped_column(String(32))  # start | nightly
+    acquired_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    heartbeat_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

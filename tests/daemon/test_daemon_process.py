@@ -142,27 +142,3 @@ def test_sigkill_then_restart_resumes_the_same_run(tmp_path: Path, small_sample:
         assert now["id"] == old["id"] and now["params"] == old["params"]
         assert now["metrics"] == old["metrics"]  # not measured again
     assert f"resuming run {killed['run']}" in (tmp_path / "err.log").read_text()
-
-
-@pytest.mark.ray
-def test_sigterm_mid_pass_on_a_ray_pool_exits_0_and_marks_the_run_interrupted(
-        tmp_path: Path, small_sample: Path) -> None:
-    """Ray's driver installs its own SIGTERM handler; autotune's clean stop must still win."""
-    traffic = two_workloads(small_sample, tmp_path / "traffic.jsonl")
-    policy = quick_policy(tmp_path / "p.yaml", trials=12)
-    db = f"sqlite:///{tmp_path / 'a.db'}"
-    proc = autotune("start", "--traffic", traffic, "--policy", policy, "--db", db,
-                    "--every", "1h", "--state-file", tmp_path / "st.json", "--export-dir",
-                    tmp_path / "ex", "--replicas", "2", cwd=tmp_path)
-    try:
-        wait_for("a finished trial on the Ray pool", lambda: finished_trials(db))
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0, (tmp_path / "err.log").read_text()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    store = Store.open(db)
-    (run,) = store.runs()
-    assert run.status == "interrupted"
-    assert json.loads((tmp_path / "st.json").read_text())["status"] == "stopped"
-    assert any(t.replica and t.replica.startswith("ray-") for t in store.trials())
