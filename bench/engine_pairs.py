@@ -67,8 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", type=Path, default=None)
     parser.add_argument("--measure", action="store_true",
                         help="greedy agreement on 8 GSM8K prompts x 32 tokens (teacher-forced) "
-                             "and single-token decode forward ms at 128 tokens of context "
-                             "(transformers, fp32)")
+                             "and single-token decode forward CPU ms at 128 tokens of "
+                             "context (transformers, fp32, one thread)")
     parser.add_argument("--json", action="store_true", help="print JSON only")
     args = parser.parse_args(argv)
     result = {n: describe(build(n, args.cache), args.measure) for n in (args.pair or names())}
