@@ -25,11 +25,11 @@ WORKLOADS = {"chat": "chat", "code": "speed-bench-coding"}
 
 
 def sweep(profile: str, drafter: str, requests_per_point: int, seed: int) -> dict[str, Any]:
-    from autotune.backends.sim import create, generate_requests
+    from autotune.backends.sim import create_sim_backend, generate_requests
     from autotune.types import ReplaySchedule, ServeSpec, Slo, TrialConfig
 
     serve = ServeSpec(model="bench", draft_model=None, method="dspark", draft_block_size=8)
-    backend = create(serve, {"profile": profile, "drafter": drafter}, seed)
+    backend = create_sim_backend(serve, {"profile": profile, "drafter": drafter}, seed)
     out: dict[str, Any] = {}
     for label, workload in WORKLOADS.items():
         rows: dict[str, Any] = {}

@@ -1,159 +1,101 @@
-"""Regret of acceptance-guided search against TPE, random, grid and the seed default (issue 4).
+"""Regret of acceptance-guided search against TPE, random, grid and the seed default, in every
+simulated world of bench/worlds.py.
 
-Five workloads built from ../shared/data, each a sample of 400 requests with its SLO:
+A world is a simulator profile with one of its drafters (the Kimi profiles with DSpark and a
+sequential EAGLE-3 drafter, the dense Llama-70B on 4xH100 with a sequential EAGLE-3 drafter on
+the analytic cost law and on a table cost law). The workloads are bench/regret_workloads.py's
+(chat-low, chat-high, code, math, mixed; ``--workloads`` picks). Every trial is a capacity
+reading on the simulator (autotune.orchestrate.capacity: the highest arrival scale whose p99
+TTFT and ITL meet the SLO; goodput there) with ``--capacity-replays`` replays.
 
-- ``chat-low``: Azure LLM conversation trace (arrivals, prompt and output lengths), the
-  default SLO (p99 TTFT 3 s, p99 ITL 60 ms): prefill stalls cap the load, ~2 sequences in
-  flight at capacity (low load);
-- ``chat-high``: the same traffic under a batch-serving SLO (ITL 150 ms): 100-250 in flight;
-- ``code``: Azure code-completion trace (long prompts, short outputs), TTFT 2 s / ITL 200 ms;
-- ``math``: GSM8K and MATH-500 prompts and reference-solution lengths on the conversation
-  trace's arrivals, the default SLO: decode-bound, ~30 in flight;
-- ``mixed``: chat, code and math requests interleaved in one workload, TTFT 3 s / ITL 100 ms.
+The oracle of a (world, workload) is exhaustive and repeated: every config of the space and the
+baseline is read ``--repeats`` times (replay seeds 1000, 1001, ...), the best ``--refine``
+configs ``--refine-repeats`` times more; a config's true value is the mean of its readings, the
+oracle the best config whose readings mostly meet the SLO. A method's trial reads a FRESH
+replay: replay seed ``100000 + 100 * method seed + k`` for the k-th reading of that config in
+that run, never one of the oracle's seeds. Methods with the same seed read the same fresh replay
+of a config (common random numbers: a difference between methods is their choices, not their
+luck), so every reading is measured once and kept in ``--cache`` (JSON lines keyed by
+world/workload/config/replay seed and a hash of the simulator's code): a run resumes.
 
-Acceptance predictions come from the simulator's confidence-head generator (the simulator then
-derives each request's hidden truth from them); lengths and arrivals are the traces'.
+Methods, ``--seeds`` seeds each: ``guided`` (search.strategy guided: the baseline, then the
+predictor's picks until its stop rule or the budget of 12), ``tpe`` and ``random`` (Optuna
+through the same Searcher, budget 12; they run on through the space to find when they first
+come within 2%), ``grid`` (every config once in a seeded order, what vLLM's auto_tune does) and
+``default`` (the seed's n=7 with vLLM's default batching, the policy baseline). ``regret_at_6``
+is the regret of a method's recommendation from a search run with a budget of exactly 6 runs.
+Regret = 1 - true(recommended) / oracle.
 
-Every trial is a capacity reading on the simulator (autotune.orchestrate.capacity: the highest
-arrival scale whose p99 TTFT and ITL meet the SLO; goodput there), with
-``--capacity-replays`` replays per reading (11: the bisection resolves the scale to ~1%; the
-tuner's default of 7 can leave steps of 2^(1/4)). The oracle is exhaustive and repeated: every
-config of the space (and the baseline) is measured ``--repeats`` times with different replay
-seeds, the best ``--refine`` configs ``--refine-repeats`` times more; a config's true value is
-the mean of its readings, the oracle the best config whose readings mostly meet the SLO. A
-method's trial of a config reads one of these replays, picked by a hash of (method seed,
-config): the same measurements as re-running the simulator with that replay seed, without
-re-running it. Regret = 1 - true(recommended) / oracle.
+The default space is small (windows 1,3,5,7 x max_num_seqs 8,32,128 x batched tokens
+2048,8192, adaptive verification off: 24 configs), the samples short (300 requests);
+``--full-space`` and ``--requests`` give the full size.
 
-Methods, ``--seeds`` seeds each (default 20: TPE's runs to 2% regret spread from 2 to 44 across
-seeds, and its median over 5 seeds x 5 workloads ranged from 7 to 12 across four blocks of
-seeds; over 20 seeds, 100 runs, its bootstrap 90% interval is 8-11): ``guided`` (policy
-search.strategy guided: the baseline, then the predictor's picks, until its stop rule or the
-policy budget), ``tpe`` and ``random`` (Optuna through the same Searcher; regret at the policy
-budget, and run on to find when they first come within 2%), ``grid`` (every config once, what
-vLLM's auto_tune does) and ``default_n7`` (the seed's n=7 with vLLM's default batching, the
-policy baseline). The space is the default policy's without ``max_num_seqs`` 1 (a one-sequence
-server is never within a factor of the best at capacity and is the slowest to simulate): 7
-windows x adaptive on/off x max_num_seqs 8-256 x max_num_batched_tokens 2048-16384 = 280
-configs.
-
-    .venv/bin/python bench/regret.py                     # table, checks, calibration, JSON
-    .venv/bin/python bench/regret.py --json              # the issue's JSON shape, nothing else
-    .venv/bin/python bench/regret.py --cache /tmp/oracle.jsonl   # reuse oracle readings
-    .venv/bin/python bench/regret.py --jobs 1            # one process (default: one per core)
+    .venv/bin/python bench/regret.py --cache /tmp/oracle.jsonl        # tables, checks, JSON
+    .venv/bin/python bench/regret.py --json                           # the JSON only
+    .venv/bin/python bench/regret.py --worlds llama-3.1-70b@4xH100-tp4/eagle3 --seeds 2
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import fcntl
+import hashlib
 import json
 import math
 import os
-import random
 import statistics
 import sys
 import time
 import zlib
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
-from datetime import datetime
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from regret_workloads import Workload, build_workloads, shared_data
+from worlds import World, engine_worlds, sim_worlds
+
 REPO = Path(__file__).resolve().parents[1]
-SPACE = {"num_speculative_tokens": [1, 2, 3, 4, 5, 6, 7],
-         "enable_adaptive_verification": [False, True],
-         "max_num_seqs": [8, 32, 64, 128, 256],
-         "max_num_batched_tokens": [2048, 4096, 8192, 16384]}
+SMALL_SPACE = {"num_speculative_tokens": [1, 3, 5, 7],
+               "enable_adaptive_verification": [False],
+               "max_num_seqs": [8, 32, 128],
+               "max_num_batched_tokens": [2048, 8192]}
+FULL_SPACE = {"num_speculative_tokens": [1, 2, 3, 4, 5, 6, 7],
+              "enable_adaptive_verification": [False, True],
+              "max_num_seqs": [8, 32, 64, 128, 256],
+              "max_num_batched_tokens": [2048, 4096, 8192, 16384]}
 METHODS = ("guided", "tpe", "random", "grid")
 BUDGET = 12          # the default policy's budget.trials (baseline included)
-LONG_RUN = 120       # tpe/random keep going this far to find when they reach 2% regret
-REQUESTS = 400
+EQUAL_BUDGET = 6     # regret_at_6
+LONG_RUN = 60        # tpe/random run on (through the space) to find when they reach 2%
+FRESH_BASE = 100000  # fresh replay seeds start here; the oracle's are 1000 + repeat
 
 
-def shared_data() -> Path:
-    env = os.environ.get("AUTOTUNE_SHARED_DATA")
-    return Path(env) if env else (REPO / ".." / "shared" / "data").resolve()
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(base[k], v) if isinstance(v, dict) and isinstance(base.get(k),
+                                                                           dict) else v
+    return out
 
 
-# -- workloads --------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Workload:
-    name: str
-    requests: list[Any]
-    slo: tuple[float, float]          # (p99 TTFT ms, p99 ITL ms)
-    note: str
-
-
-def _azure(data: Path, kind: str, start: int, count: int) -> list[tuple[float, int, int]]:
-    rows: list[tuple[float, int, int]] = []
-    with (data / "azure_llm_2023" / f"AzureLLMInferenceTrace_{kind}.csv").open() as f:
-        reader = csv.reader(f)
-        next(reader)
-        for i, row in enumerate(reader):
-            if i < start:
-                continue
-            if len(rows) >= count:
-                break
-            t = datetime.strptime(row[0][:26], "%Y-%m-%d %H:%M:%S.%f").timestamp()
-            prompt, output = int(row[1]), int(row[2])
-            rows.append((t, prompt, max(1, min(output, 20000 - prompt - 16))))
-    t0 = rows[0][0]
-    return [(t - t0, p, o) for t, p, o in rows]
-
-
-def _math(data: Path, count: int, seed: int) -> list[tuple[float, int, int]]:
-    from autotune.backends.sim import seed_benchmark_requests
-
-    sets = seed_benchmark_requests(data, per_benchmark=count, seed=seed)
-    reqs = sets["gsm8k"] + sets["math500"]
-    random.Random(seed).shuffle(reqs)
-    arrivals = _azure(data, "conv", 4000, count)
-    return [(a[0], r.prompt_tokens, r.output_tokens) for a, r in zip(arrivals, reqs, strict=False)]
-
-
-def _requests(name: str, label: str, rows: Sequence[tuple[float, int, int]]) -> list[Any]:
-    from autotune.backends.sim import generate_requests
-
-    return list(generate_requests(len(rows), workload=label, seed=0,
-                                  prompt_tokens=[r[1] for r in rows],
-                                  output_tokens=[r[2] for r in rows],
-                                  arrivals=[r[0] for r in rows], id_prefix=f"{name}-"))
-
-
-def build_workloads(data: Path, n: int) -> list[Workload]:
-    chat = _requests("chat", "chat", _azure(data, "conv", 2000, n))
-    code = _requests("code", "code", _azure(data, "code", 2000, n))
-    math_ = _requests("math", "math", _math(data, n, 0))
-    parts = [_requests("mx-chat", "chat", _azure(data, "conv", 6000, n * 2 // 5)),
-             _requests("mx-code", "code", _azure(data, "code", 5000, n // 5)),
-             _requests("mx-math", "math", _math(data, n * 2 // 5, 1))]
-    span = parts[0][-1].arrival_s
-    mixed = sorted((replace(r, arrival_s=r.arrival_s * span / p[-1].arrival_s, workload="mixed")
-                    for p in parts for r in p), key=lambda r: r.arrival_s)
-    return [
-        Workload("chat-low", chat, (3000.0, 60.0), "Azure conv trace, default SLO: low load"),
-        Workload("chat-high", chat, (3000.0, 150.0), "Azure conv trace, ITL 150 ms: high load"),
-        Workload("code", code, (2000.0, 200.0), "Azure code trace (prefill-heavy)"),
-        Workload("math", math_, (3000.0, 60.0), "GSM8K + MATH-500 on conv arrivals"),
-        Workload("mixed", mixed, (3000.0, 100.0), "chat + code + math in one workload"),
-    ]
-
-
-def bench_policy(wl: Workload, strategy: str, budget: int) -> Any:
+def bench_policy(world: World, wl: Workload, strategy: str, budget: int,
+                 space: dict[str, list[Any]]) -> Any:
+    """The default policy in ``world`` (its serve, hardware and sim keys) for ``wl``."""
     from autotune.policy import load_policy, policy_from_mapping
 
-    data = load_policy().model_dump(mode="json")
-    data["space"] = SPACE
+    data = _merge(load_policy().model_dump(mode="json"), world.policy)
+    allowed = world.policy.get("space", {})
+    data["space"] = {k: [v for v in vs if v in allowed.get(k, vs)] for k, vs in space.items()}
     data["objective"]["slo"] = {"ttft_p99_ms": wl.slo[0], "itl_p99_ms": wl.slo[1]}
     data["budget"]["trials"] = budget
     data["search"] = {**data.get("search", {}), "strategy": strategy}
-    return policy_from_mapping(data, f"bench:{wl.name}")
+    return policy_from_mapping(data, f"bench:{world.name}:{wl.name}")
 
 
-# -- the oracle table -------------------------------------------------------------------------
+# -- readings ---------------------------------------------------------------------------------
 @dataclass
 class Reading:
     value: float
@@ -162,8 +104,74 @@ class Reading:
     summary: dict[str, Any]
 
 
+def sim_fingerprint() -> str:
+    """Hash of the simulator's code and profiles: cached readings never outlive a change."""
+    root = REPO / "autotune" / "backends" / "sim"
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        if path.suffix in (".py", ".yaml", ".csv", ".json") and path.is_file():
+            h.update(path.read_bytes())
+    return h.hexdigest()[:12]
+
+
+class Reader:
+    """Capacity readings of one (world, workload), measured once per replay seed and cached."""
+
+    def __init__(self, world: World, wl: Workload, args: argparse.Namespace) -> None:
+        from autotune.backends import create_backend
+
+        self.wl, self.args = wl, args
+        self.policy = bench_policy(world, wl, "grid", BUDGET, args.space)
+        self.backend = create_backend("sim", self.policy.serve.spec(),
+                                      self.policy.sim.model_dump(), 0)
+        self.key = (f"{world.name}|{wl.name}|{args.requests}|{args.capacity_replays}|"
+                    f"{wl.slo}|{args.fingerprint}")
+        self.cache: dict[str, Reading] = {}
+        self.measured = 0
+        if args.cache and Path(args.cache).exists():
+            for line in Path(args.cache).read_text().splitlines():
+                row = json.loads(line)
+                if row["key"].startswith(self.key + "|"):
+                    self.cache[row["key"]] = Reading(row["value"], row["feasible"],
+                                                     row["constraints"], row["summary"])
+
+    def read(self, config: Any, replay_seed: int) -> Reading:
+        k = f"{self.key}|{config.short()}|{replay_seed}"
+        if k not in self.cache:
+            self.cache[k] = self._measure(config, replay_seed)
+            self.measured += 1
+            if self.args.cache:
+                r = self.cache[k]
+                line = json.dumps({"key": k, "value": r.value, "feasible": r.feasible,
+                                   "constraints": r.constraints, "summary": r.summary})
+                with Path(self.args.cache).open("a") as sink:
+                    fcntl.flock(sink, fcntl.LOCK_EX)  # --jobs: other processes append too
+                    sink.write(line + "\n")
+        return self.cache[k]
+
+    def _measure(self, config: Any, replay_seed: int) -> Reading:
+        from autotune.objective import score_measurement
+        from autotune.orchestrate.capacity import replay_at_capacity
+        from autotune.predict import decode_stats
+
+        slo = self.policy.objective.slo.slo()
+        schedule = self.policy.replay.schedule(self.wl.requests, seed=replay_seed, slo=slo)
+        replica = self.backend.start(config)
+        try:
+            m = replay_at_capacity(replica, schedule, slo,
+                                   max_replays=self.args.capacity_replays)
+        finally:
+            replica.stop()
+        out = score_measurement(m, self.policy.objective.maximize, slo)
+        summary = {k: v for k, v in out.summary.items() if k != "per_position_acceptance"}
+        summary.update(decode_stats(m))
+        return Reading(out.value, out.feasible, dict(out.constraints), summary)
+
+
 @dataclass
 class Table:
+    """The oracle: every config's repeated readings."""
+
     readings: dict[Any, list[Reading]] = field(default_factory=dict)
 
     def true_value(self, config: Any) -> float:
@@ -178,93 +186,40 @@ class Table:
         best = max(ok or self.readings, key=self.true_value)
         return best, self.true_value(best)
 
-    def read(self, config: Any, seed: int) -> Reading:
-        rs = self.readings[config]
-        return rs[zlib.crc32(f"{seed}:{config.short()}".encode()) % len(rs)]
+    def regret(self, config: Any) -> float:
+        if config is None:
+            return 1.0
+        _, best = self.oracle()
+        return max(0.0, 1.0 - self.true_value(config) / best) if best > 0 else 0.0
 
 
-def _measure(backend: Any, policy: Any, wl: Workload, config: Any, repeat: int,
-             replays: int) -> Reading:
-    from autotune.objective import score_measurement
-    from autotune.orchestrate.capacity import replay_at_capacity
-    from autotune.predict import decode_stats
-
-    slo = policy.objective.slo.slo()
-    schedule = policy.replay.schedule(wl.requests, seed=1000 + repeat, slo=slo)
-    replica = backend.start(config)
-    try:
-        m = replay_at_capacity(replica, schedule, slo, max_replays=replays)
-    finally:
-        replica.stop()
-    out = score_measurement(m, policy.objective.maximize, slo)
-    summary = {k: v for k, v in out.summary.items() if k != "per_position_acceptance"}
-    summary.update(decode_stats(m))
-    return Reading(out.value, out.feasible, dict(out.constraints), summary)
-
-
-def sim_fingerprint() -> str:
-    """Hash of the simulator's code and profiles: cached readings never outlive a change."""
-    import hashlib
-
-    root = REPO / "autotune" / "backends" / "sim"
-    h = hashlib.sha256()
-    for path in sorted(root.rglob("*")):
-        if path.suffix in (".py", ".yaml") and path.is_file():
-            h.update(path.read_bytes())
-    return h.hexdigest()[:12]
-
-
-def build_table(wl: Workload, args: argparse.Namespace, log: Callable[[str], None]) -> Table:
-    from autotune.backends import create_backend
-
-    policy = bench_policy(wl, "grid", BUDGET)
-    backend = create_backend("sim", policy.serve.spec(), policy.sim.model_dump(), 0)
-    configs = [policy.baseline.config(), *policy.space.configs()]
-    key = f"{wl.name}|{args.requests}|{args.capacity_replays}|{wl.slo}|{sim_fingerprint()}"
-    cache: dict[str, dict[str, Any]] = {}
-    if args.cache and Path(args.cache).exists():
-        for line in Path(args.cache).read_text().splitlines():
-            row = json.loads(line)
-            cache[row["key"]] = row
+def build_table(reader: Reader, args: argparse.Namespace) -> Table:
+    configs = [reader.policy.baseline.config(), *reader.policy.space.configs()]
     table = Table()
-
-    def reading(config: Any, repeat: int) -> Reading:
-        k = f"{key}|{config.short()}|{repeat}"
-        if k in cache:
-            r = cache[k]
-            return Reading(r["value"], r["feasible"], r["constraints"], r["summary"])
-        got = _measure(backend, policy, wl, config, repeat, args.capacity_replays)
-        if args.cache:
-            line = json.dumps({"key": k, "value": got.value, "feasible": got.feasible,
-                               "constraints": got.constraints, "summary": got.summary}) + "\n"
-            with Path(args.cache).open("a") as sink:
-                fcntl.flock(sink, fcntl.LOCK_EX)  # --jobs: other workloads append too
-                sink.write(line)
-        return got
-
-    t0 = time.perf_counter()
-    for i, c in enumerate(configs):
-        table.readings[c] = [reading(c, r) for r in range(args.repeats)]
-        if (i + 1) % 40 == 0:
-            log(f"  {wl.name}: {i + 1}/{len(configs)} configs, {time.perf_counter() - t0:.0f} s")
+    for c in configs:
+        table.readings[c] = [reader.read(c, 1000 + r) for r in range(args.repeats)]
     top = sorted(configs, key=table.true_value, reverse=True)[: args.refine]
     for c in top:
-        table.readings[c] += [reading(c, r) for r in range(args.repeats,
-                                                              args.repeats + args.refine_repeats)]
+        table.readings[c] += [reader.read(c, 1000 + r) for r in
+                              range(args.repeats, args.repeats + args.refine_repeats)]
     return table
 
 
 # -- methods ----------------------------------------------------------------------------------
 @dataclass
 class Run:
-    method: str
     trials: list[tuple[Any, Reading]]
     stop_reason: str = ""
-    calibration: Any = None
 
 
-def _best(trials: Sequence[tuple[Any, Reading]]) -> Any:
-    from autotune.objective import Outcome, Scored, select_best
+def _fresh(seed: int, config: Any, trials: Sequence[tuple[Any, Reading]]) -> int:
+    """The replay seed of the next reading of ``config`` in a run with ``seed``."""
+    return FRESH_BASE + 100 * seed + sum(1 for c, _ in trials if c == config)
+
+
+def recommended(trials: Sequence[tuple[Any, Reading]]) -> Any:
+    from autotune.objective import Outcome
+    from autotune.recommend.choose import Scored, select_best
 
     scored = [Scored(i, c, Outcome(r.value, r.constraints, r.summary))
               for i, (c, r) in enumerate(trials)]
@@ -272,201 +227,231 @@ def _best(trials: Sequence[tuple[Any, Reading]]) -> Any:
     return best.config if best is not None else None
 
 
-def run_searcher(wl: Workload, table: Table, method: str, seed: int, budget: int) -> Run:
+def run_searcher(world: World, reader: Reader, method: str, seed: int, budget: int) -> Run:
     from autotune.objective import Outcome
     from autotune.search import open_search
 
-    policy = bench_policy(wl, method, budget)
-    s = open_search(policy, f"bench-{method}-{seed}", wl.name, "sqlite:///:memory:", seed=seed,
-                    requests=wl.requests)
+    policy = bench_policy(world, reader.wl, method, budget, reader.args.space)
+    s = open_search(policy, f"bench-{method}-{seed}", reader.wl.name, "sqlite:///:memory:",
+                    seed=seed, requests=reader.wl.requests)
     trials: list[tuple[Any, Reading]] = []
     while (sug := s.ask()) is not None:
-        r = table.read(sug.config, seed)
+        r = reader.read(sug.config, _fresh(seed, sug.config, trials))
         trials.append((sug.config, r))
         s.tell(sug, Outcome(r.value, r.constraints, r.summary))
-    return Run(method, trials, s.stop_reason, s.strategy.calibration())
+    return Run(trials, s.stop_reason)
 
 
-def run_grid(wl: Workload, table: Table, seed: int) -> Run:
-    policy = bench_policy(wl, "grid", BUDGET)
-    configs = policy.space.configs()
-    random.Random(seed).shuffle(configs)
-    order = [policy.baseline.config(), *configs]
-    return Run("grid", [(c, table.read(c, seed)) for c in order])
-
-
-def regret(table: Table, config: Any) -> float:
-    _, best = table.oracle()
-    return max(0.0, 1.0 - table.true_value(config) / best) if config is not None else 1.0
+def run_grid(reader: Reader, seed: int) -> Run:
+    configs = sorted(reader.policy.space.configs())
+    configs.sort(key=lambda c: zlib.crc32(f"{seed}:{c.short()}".encode()))
+    order = [reader.policy.baseline.config(), *configs]
+    trials: list[tuple[Any, Reading]] = []
+    for c in order:
+        trials.append((c, reader.read(c, _fresh(seed, c, trials))))
+    return Run(trials, "every config of the space measured")
 
 
 def runs_to(table: Table, trials: Sequence[tuple[Any, Reading]], target: float) -> float:
     for k in range(1, len(trials) + 1):
-        if regret(table, _best(trials[:k])) <= target:
+        if table.regret(recommended(trials[:k])) <= target:
             return float(k)
     return math.inf
 
 
-# -- main -------------------------------------------------------------------------------------
 @dataclass
-class WorkloadResult:
-    name: str
-    detail: dict[str, Any] | None
-    t_oracle: float
-    t_methods: float
+class UnitResult:
+    world: str
+    workload: str
+    detail: dict[str, Any]
+    seconds: float
+    measured: int
     lines: list[str]
 
 
-def _log(args: argparse.Namespace, msg: str) -> None:
-    print(msg, file=sys.stderr if args.json else sys.stdout, flush=True)
-
-
-def _map_workloads(jobs: int, args: argparse.Namespace,
-                   wls: Sequence[Workload]) -> Iterator[WorkloadResult]:
-    """bench_workload over the workloads, in order: in this process, or in ``jobs`` processes."""
-    if jobs <= 1:
-        yield from (bench_workload(wl, args) for wl in wls)
-        return
-    from concurrent.futures import ProcessPoolExecutor
-
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        yield from pool.map(bench_workload, wls, [args] * len(wls))
-
-
-def bench_workload(wl: Workload, args: argparse.Namespace) -> WorkloadResult:
-    """The oracle table of one workload, then every method over every seed on it."""
-    lines: list[str] = []
-    t1 = time.perf_counter()
-    table = build_table(wl, args, lambda msg: _log(args, msg))
-    t_oracle = time.perf_counter() - t1
+def bench_unit(world: World, wl: Workload, args: argparse.Namespace) -> UnitResult:
+    """The oracle table of one (world, workload), then every method over every seed on it."""
+    t0 = time.perf_counter()
+    reader = Reader(world, wl, args)
+    table = build_table(reader, args)
     best_c, best_v = table.oracle()
-    default = bench_policy(wl, "grid", BUDGET).baseline.config()
-    lines.append(f"{wl.name}: oracle {best_c.short()} = {best_v:.3f}; default_n7 regret "
-                 f"{regret(table, default):.2%}  ({wl.note})")
-    if args.oracle_only:
-        return WorkloadResult(wl.name, None, t_oracle, 0.0, lines)
-    t1 = time.perf_counter()
-    per: dict[str, list[Run]] = {m: [] for m in METHODS}
-    for seed in range(args.seeds):
-        for method in ("guided", "tpe", "random"):
-            per[method].append(run_searcher(wl, table, method, seed,
-                                            BUDGET if method == "guided" else LONG_RUN))
-        per["grid"].append(run_grid(wl, table, seed))
-    t_methods = time.perf_counter() - t1
-    detail: dict[str, Any] = {"oracle": best_c.as_dict(), "oracle_value": best_v,
-                              "default_regret": regret(table, default), "runs": {}}
-    for method, runs in per.items():
-        rows: list[dict[str, Any]] = []
-        for r in runs:
-            head = r.trials[:BUDGET] if method in ("tpe", "random") else r.trials
-            chosen = _best(head)
-            rows.append({"regret": regret(table, chosen), "runs": len(head),
-                         "chosen": chosen.as_dict() if chosen else None,
-                         "to_2pct": runs_to(table, r.trials, 0.02),
-                         "stop": r.stop_reason,
-                         "calibration": (None if r.calibration is None else
-                                         {"method": r.calibration.method,
-                                          "ece_before": r.calibration.ece_before,
-                                          "ece_after": r.calibration.ece_after}),
+    default = reader.policy.baseline.config()
+    detail: dict[str, Any] = {
+        "oracle": best_c.short(), "oracle_value": best_v,
+        "oracle_feasible": table.mostly_feasible(best_c),
+        "default_regret": table.regret(default),
+        "default_meets_slo": table.mostly_feasible(default), "runs": {}}
+    lines = [f"{world.name} {wl.name}: oracle {best_c.short()} = {best_v:.3f}; default regret "
+             f"{detail['default_regret']:.2%} (meets SLO: {detail['default_meets_slo']})"]
+    for method in METHODS:
+        rows = []
+        for seed in range(args.seeds):
+            if method == "grid":
+                run = run_grid(reader, seed)
+                head, at6 = run.trials, run.trials[:EQUAL_BUDGET]
+            else:
+                long = method in ("tpe", "random")
+                run = run_searcher(world, reader, method, seed, LONG_RUN if long else BUDGET)
+                head = run.trials[:BUDGET] if long else run.trials
+                at6 = run_searcher(world, reader, method, seed, EQUAL_BUDGET).trials
+            chosen = recommended(head)
+            rows.append({"regret": table.regret(chosen), "runs": len(head),
+                         "regret_at_6": table.regret(recommended(at6)),
+                         "to_2pct": runs_to(table, run.trials, 0.02),
+                         "chosen": chosen.short() if chosen else None,
+                         "stop": run.stop_reason,
                          "trials": [c.short() for c, _ in head]})
         detail["runs"][method] = rows
-        lines.append(f"  {method:7s} regret median {_median([x['regret'] for x in rows]):.2%} "
-                     f"max {max(x['regret'] for x in rows):.2%}  runs median "
-                     f"{_median([x['runs'] for x in rows]):.0f}  to 2%: "
-                     f"{[x['to_2pct'] for x in rows]}")
+        lines.append(f"  {method:7s} regret median {_median([r['regret'] for r in rows]):.2%} "
+                     f"max {max(r['regret'] for r in rows):.2%} at6 "
+                     f"{_median([r['regret_at_6'] for r in rows]):.2%} runs "
+                     f"{_median([r['runs'] for r in rows]):.0f} to2% "
+                     f"{[r['to_2pct'] for r in rows]}")
     g = detail["runs"]["guided"][0]
-    lines.append(f"  guided seed 0 ran {g['trials']} -> {g['chosen']} ({g['stop']}); "
-                 f"calibration {g['calibration']}")
-    return WorkloadResult(wl.name, detail, t_oracle, t_methods, lines)
+    lines.append(f"  guided seed 0 ran {g['trials']} -> {g['chosen']} ({g['stop']})")
+    return UnitResult(world.name, wl.name, detail, time.perf_counter() - t0, reader.measured,
+                      lines)
 
 
 def _median(xs: Sequence[float]) -> float:
     return float(statistics.median(xs))
 
 
+def _map_units(jobs: int, args: argparse.Namespace,
+               units: Sequence[tuple[World, Workload]]) -> Iterator[UnitResult]:
+    if jobs <= 1:
+        yield from (bench_unit(w, wl, args) for w, wl in units)
+        return
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures = [pool.submit(bench_unit, w, wl, args) for w, wl in units]
+        for f in as_completed(futures):
+            yield f.result()
+
+
+def summarize(units: Sequence[dict[str, Any]], seeds: int) -> dict[str, Any]:
+    """The issue's shape over a set of (world, workload) details."""
+    def pooled(method: str, key: str) -> list[float]:
+        return [row[key] for u in units for row in u["runs"][method]]
+
+    methods: dict[str, Any] = {}
+    for m in METHODS:
+        methods[m] = {"median_regret": round(_median(pooled(m, "regret")), 4),
+                      "max_regret": round(max(pooled(m, "regret")), 4),
+                      "median_runs": _median(pooled(m, "runs")),
+                      "regret_at_6": round(_median(pooled(m, "regret_at_6")), 4)}
+        if m in ("guided", "tpe", "random"):
+            to2 = _median(pooled(m, "to_2pct"))
+            methods[m]["median_runs_to_2pct"] = to2 if math.isfinite(to2) else None
+    methods["default"] = {"median_regret": round(_median([u["default_regret"]
+                                                          for u in units]), 4)}
+    return {"workloads": sorted({u["workload"] for u in units}), "seeds": seeds,
+            "methods": methods}
+
+
+def checks(name: str, res: dict[str, Any], units: Sequence[dict[str, Any]]) -> list[str]:
+    """The issue's targets for one world (or the summary), one line each."""
+    g, t = res["methods"]["guided"], res["methods"]["tpe"]
+    losses = [f"{u['workload']} seed {i}" for u in units if u["default_meets_slo"]
+              for i, row in enumerate(u["runs"]["guided"])
+              if row["regret"] > u["default_regret"] + 1e-9]
+
+    def mark(ok: bool) -> str:
+        return "PASS" if ok else "FAIL"
+
+    return [
+        f"{name}: {mark(g['median_regret'] <= 0.01)} guided median regret "
+        f"{g['median_regret']:.2%} <= 1%; {mark(g['max_regret'] <= 0.03)} worst "
+        f"{g['max_regret']:.2%} <= 3%; {mark(g['median_runs'] <= 8)} median runs "
+        f"{g['median_runs']} <= 8",
+        f"  {mark(g['regret_at_6'] <= t['regret_at_6'] / 3)} regret_at_6 guided "
+        f"{g['regret_at_6']:.2%} <= tpe {t['regret_at_6']:.2%} / 3; "
+        f"{mark(not losses)} never loses to a default that meets the SLO"
+        + (f" (loses: {', '.join(losses)})" if losses else ""),
+    ]
+
+
+def result(by_world: dict[str, list[dict[str, Any]]], order: Sequence[str],
+           seeds: int) -> dict[str, Any]:
+    """The JSON over the (world, workload) units finished: per world and over all."""
+    out: dict[str, Any] = {"worlds": {}, "summary": {}}
+    for name, details in by_world.items():
+        if details:
+            details.sort(key=lambda u: order.index(u["workload"]))
+            out["worlds"][name] = summarize(details, seeds)
+    every = [u for details in by_world.values() for u in details]
+    out["summary"] = summarize(every, seeds) if every else {}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print only the JSON result")
     parser.add_argument("--data", type=Path, default=shared_data(), help="shared data folder")
-    parser.add_argument("--seeds", type=int, default=20, help="seeds per workload and method")
-    parser.add_argument("--requests", type=int, default=REQUESTS, help="requests per workload")
+    parser.add_argument("--seeds", type=int, default=5, help="seeds per workload and method")
+    parser.add_argument("--requests", type=int, default=300, help="requests per workload")
     parser.add_argument("--repeats", type=int, default=2, help="oracle readings per config")
-    parser.add_argument("--refine", type=int, default=12, help="top configs read again")
-    parser.add_argument("--refine-repeats", type=int, default=3)
-    parser.add_argument("--capacity-replays", type=int, default=11)
+    parser.add_argument("--refine", type=int, default=4, help="top configs read again")
+    parser.add_argument("--refine-repeats", type=int, default=2)
+    parser.add_argument("--capacity-replays", type=int, default=7)
+    parser.add_argument("--full-space", action="store_true",
+                        help="the full space (7 windows x adaptive x 5 x 4: 280 configs)")
+    parser.add_argument("--worlds", nargs="*", help="subset of world names")
     parser.add_argument("--workloads", nargs="*", help="subset of workload names")
-    parser.add_argument("--cache", help="JSON-lines file of oracle readings (read, appended)")
+    parser.add_argument("--engine", action="store_true",
+                        help="also the real-engine worlds (needs bench/engine_oracle.py)")
+    parser.add_argument("--cache", help="JSON-lines file of readings (read, appended)")
     parser.add_argument("--detail", type=Path, help="write per-run details (JSON) here")
+    parser.add_argument("--out", type=Path,
+                        help="rewrite the JSON over the units finished so far here after "
+                             "each one (\"complete\": false until the last)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
-                        help="workloads benchmarked in parallel processes (default: cores)")
-    parser.add_argument("--oracle-only", action="store_true",
-                        help="only measure the oracle tables (fills --cache), then exit")
+                        help="(world, workload) units in parallel processes (default: cores)")
     args = parser.parse_args(argv)
+    args.space = FULL_SPACE if args.full_space else SMALL_SPACE
+    args.fingerprint = sim_fingerprint()
 
     def log(msg: str) -> None:
-        _log(args, msg)
+        print(msg, file=sys.stderr if args.json else sys.stdout, flush=True)
 
     t0 = time.perf_counter()
-    wls = build_workloads(args.data, args.requests)
-    if args.workloads:
-        wls = [w for w in wls if w.name in set(args.workloads)]
-    detail: dict[str, Any] = {}
-    t_oracle = t_methods = 0.0
-    for res in _map_workloads(args.jobs, args, wls):
+    worlds = [w for w in sim_worlds() if not args.worlds or w.name in args.worlds]
+    if args.engine:
+        found = engine_worlds()
+        log(f"engine worlds: {len(found)} found; scoring methods on fresh real runs is not "
+            f"implemented in this benchmark, so they are listed and skipped: "
+            f"{[w.name for w in found]}")
+    wls = [w for w in build_workloads(args.data, args.requests)
+           if not args.workloads or w.name in args.workloads]
+    units = [(w, wl) for wl in wls for w in worlds]  # every world's first workload first
+    by_world: dict[str, list[dict[str, Any]]] = {w.name: [] for w in worlds}
+    measured = 0
+    for done, res in enumerate(_map_units(args.jobs, args, units), start=1):
         for line in res.lines:
             log(line)
-        t_oracle += res.t_oracle
-        t_methods += res.t_methods
-        if res.detail is not None:
-            detail[res.name] = res.detail
-
-    if args.oracle_only:
-        log(f"oracle tables measured in {t_oracle:.0f} s (summed over workloads), wall "
-            f"{time.perf_counter() - t0:.0f} s")
-        return 0
-
-    def pooled(method: str, key: str) -> list[float]:
-        return [row[key] for w in detail.values() for row in w["runs"][method]]
-
-    out = {
-        "workloads": [w.name for w in wls],
-        "seeds": args.seeds,
-        "methods": {m: {"median_regret": round(_median(pooled(m, "regret")), 4),
-                        "max_regret": round(max(pooled(m, "regret")), 4),
-                        "median_runs": _median(pooled(m, "runs"))} for m in METHODS},
-        "runs_to_2pct": {m: _median(pooled(m, "to_2pct")) for m in ("guided", "tpe", "random")},
-    }
-    out["methods"]["default_n7"] = {"median_regret": round(_median(
-        [w["default_regret"] for w in detail.values()]), 4)}
-    for m, v in out["runs_to_2pct"].items():
-        out["runs_to_2pct"][m] = v if math.isfinite(v) else None
+        log(f"  ({res.measured} readings measured, {res.seconds:.0f} s)")
+        measured += res.measured
+        by_world[res.world].append({**res.detail, "workload": res.workload})
+        if args.out:
+            partial = result(by_world, [wl.name for wl in wls], args.seeds)
+            args.out.write_text(json.dumps({**partial, "complete": done == len(units)}) + "\n")
+    out = result(by_world, [wl.name for wl in wls], args.seeds)
+    every = [u for details in by_world.values() for u in details]
     if args.detail:
-        args.detail.write_text(json.dumps({"result": out, "workloads": detail}, indent=1,
+        args.detail.write_text(json.dumps({"result": out, "units": by_world}, indent=1,
                                           default=str))
     if not args.json:
-        _checks(out, detail, log)
-        log(f"oracle {t_oracle:.0f} s, methods {t_methods:.0f} s (summed over workloads), wall "
-            f"{time.perf_counter() - t0:.0f} s")
+        for name, details in by_world.items():
+            if not details:
+                continue
+            for line in checks(name, out["worlds"][name], details):
+                log(line)
+        for line in checks("summary", out["summary"], every):
+            log(line)
+        log(f"{measured} readings measured, wall {time.perf_counter() - t0:.0f} s")
     print(json.dumps(out))
     return 0
-
-
-def _checks(out: dict[str, Any], detail: dict[str, Any], log: Callable[[str], None]) -> None:
-    g = out["methods"]["guided"]
-    to2 = out["runs_to_2pct"]
-    ratio = (to2["tpe"] / to2["guided"]) if to2["tpe"] and to2["guided"] else None
-    log(f"target guided median regret <= 1%: {g['median_regret']:.2%}")
-    log(f"target guided worst regret <= 3%: {g['max_regret']:.2%}")
-    log(f"target guided median runs <= 8: {g['median_runs']}")
-    log(f"target tpe runs to 2% >= 5x guided: {to2['tpe']} vs {to2['guided']} "
-        f"(ratio {ratio if ratio is None else round(ratio, 1)})")
-    for name, w in detail.items():
-        if w["default_regret"] <= 0.01:
-            log(f"  {name}: default_n7 already within 1% of the oracle")
-            continue
-        beats = [row["regret"] < w["default_regret"] for row in w["runs"]["guided"]]
-        log(f"  {name}: guided beats default_n7 in {sum(beats)}/{len(beats)} seeds "
-            f"(default regret {w['default_regret']:.2%})")
 
 
 if __name__ == "__main__":

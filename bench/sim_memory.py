@@ -48,13 +48,13 @@ def generate(path: Path, count: int, seed: int) -> None:
 
 def replay_child(path: Path) -> dict[str, float]:
     """The replay, run in a child process: stream the sample into one sim replay."""
-    from autotune.backends.sim import create
+    from autotune.backends.sim import create_sim_backend
     from autotune.traffic import read_sample
     from autotune.types import ReplaySchedule, ServeSpec, TrialConfig
 
     serve = ServeSpec(model="moonshotai/Kimi-K2.6", draft_model="novita/kimi-k2.6-dspark",
                       method="dspark", draft_block_size=8)
-    replica = create(serve, {}, seed=0).start(TrialConfig(3, False, 512, 8192))
+    replica = create_sim_backend(serve, {}, seed=0).start(TrialConfig(3, False, 512, 8192))
     t0 = time.perf_counter()
     m = replica.replay(ReplaySchedule(read_sample(path), mode="closed", concurrency=512,
                                       warmup_requests=512, seed=0))

@@ -21,7 +21,7 @@ __all__ = ["Backend", "Replica", "available_backends", "create_backend"]
 
 #: kind -> "module:factory" (imported lazily).
 _REGISTRY: dict[str, str] = {
-    "sim": "autotune.backends.sim:create",
+    "sim": "autotune.backends.sim:create_sim_backend",
     "vllm": "autotune.backends.vllm:create_vllm_backend",
 }
 

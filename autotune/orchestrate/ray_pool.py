@@ -544,9 +544,16 @@ def _connect(ray: Any, s: RaySettings, cpus_needed: float) -> None:
             logging.getLogger(_RAY_TOKEN_LOGGER).addFilter(_drop_token_notice)
             ray.init(num_cpus=max(_local_cores(), math.ceil(cpus_needed)),
                      include_dashboard=False, logging_level=logging.WARNING)
-    except (ConnectionError, RuntimeError, ValueError, TimeoutError) as e:
-        where = s.address or os.environ.get("RAY_ADDRESS") or "a new local Ray"
-        raise BackendError(
-            f"cannot start or join Ray ({where}): {_short(e)}. Fix: start the cluster with "
-            "`ray start --head` on the head node and pass --ray-address auto or HOST:6379, or "
-            "leave out --ray-address to run a local Ray") from e
+    except Exception as e:  # ray.init raises a bare Exception when a local node times out
+        where = s.address or os.environ.get("RAY_ADDRESS")
+        if where:
+            fix = ("start the cluster with `ray start --head` on the head node and pass "
+                   "--ray-address auto or HOST:6379, or leave out --ray-address to run a local "
+                   "Ray")
+        else:
+            where = "a new local Ray"
+            fix = ("retry when the machine is less loaded (a local Ray's processes must start "
+                   "within Ray's timeout), or pass --replicas 1 to run the pass in this process "
+                   "without Ray")
+        raise BackendError(f"cannot start or join Ray ({where}): {_short(e).rstrip('.')}. "
+                           f"Fix: {fix}") from e

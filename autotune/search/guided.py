@@ -16,6 +16,12 @@ acceptance counters calibrate the head, its step times and p99s fit the cost mod
    left, relative to the incumbent — is below the policy's ``search.epsilon``, when nothing
    left can meet the SLO, or when the budget is spent.
 
+When no config measured so far meets the SLO at the rate to serve and no candidate has the
+chance to, the rate is out of reach of this replica: the result will be infeasible whatever is
+run, and what is left to find is the config with the most capacity (the fewest replicas to
+serve the rate). The search then ranks and stops on the predicted value alone, with the best
+value measured so far as the incumbent, and its reasons say so.
+
 :class:`Guide` holds that state for one workload; :class:`GuidedStrategy` is the ``guided``
 strategy of :mod:`autotune.search.strategy` built on it.
 """
@@ -24,8 +30,8 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Mapping, Sequence, Set
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
+from dataclasses import dataclass, replace
 from typing import Any
 
 from autotune.acceptance import HeadCalibration
@@ -93,11 +99,14 @@ class Guide:
 
     def incumbent(self) -> float | None:
         """The best value measured at a config whose every reading met the SLO."""
+        return self._best_measured(lambda o: o.meets)
+
+    def _best_measured(self, ok: Callable[[Observation], bool]) -> float | None:
         readings: dict[TrialConfig, list[Observation]] = {}
         for o in self.predictor.observations:
             readings.setdefault(o.config, []).append(o)
         values = [sum(o.value or 0.0 for o in obs) / len(obs) for obs in readings.values()
-                  if all(o.meets and o.value for o in obs)]
+                  if all(ok(o) and o.value for o in obs)]
         return max(values) if values else None
 
     # -- proposals --------------------------------------------------------------------------
@@ -116,6 +125,8 @@ class Guide:
             return self._note(None, "every candidate is measured or running", best, 0.0, 0, 0)
         ranked = [p for p in unmeasured if 1.0 - p.risk >= MIN_CHANCE]
         hopeless = len(unmeasured) - len(ranked)
+        if not ranked and best is None:
+            return self._out_of_reach(unmeasured)
         if not ranked:
             return self._note(None, f"nothing left can meet the SLO (each of the "
                                     f"{hopeless} unmeasured configs has a chance below "
@@ -124,19 +135,38 @@ class Guide:
         if best is None:
             return self._note(ranked[0].config, "best predicted (none measured meets the SLO "
                                                 "yet)", None, math.inf, len(ranked), hopeless)
+        return self._improve(ranked, best, len(unmeasured), "")
+
+    def _improve(self, ranked: Sequence[Prediction], best: float, unmeasured: int,
+                 context: str) -> GuideDecision:
+        """The candidate with the highest expected improvement over ``best``, or the stop."""
         alive = [p for p in ranked if p.high > best]
-        pruned = len(unmeasured) - len(alive)
+        pruned = unmeasured - len(alive)
         if not alive:
-            return self._note(None, "no candidate's optimistic prediction beats the incumbent",
-                              best, 0.0, len(ranked), pruned)
+            return self._note(None, "no candidate's optimistic prediction beats the incumbent"
+                              + context, best, 0.0, len(ranked), pruned)
         gains = [(_expected_improvement(p, best), p) for p in alive]
         gain, choice = max(gains, key=lambda g: (g[0], g[1].value))
         remaining = gain / best
         if remaining < self.epsilon:
             return self._note(None, f"predicted remaining gain {remaining:.2%} < epsilon "
-                                    f"{self.epsilon:.2%}", best, remaining, len(ranked), pruned)
-        return self._note(choice.config, "highest expected improvement", best, remaining,
-                          len(ranked), pruned)
+                                    f"{self.epsilon:.2%}" + context, best, remaining,
+                              len(ranked), pruned)
+        return self._note(choice.config, "highest expected improvement" + context, best,
+                          remaining, len(ranked), pruned)
+
+    def _out_of_reach(self, unmeasured: Sequence[Prediction]) -> GuideDecision:
+        """No config can serve the rate: look for the most capacity, on value alone."""
+        context = (f" (the rate to serve is out of reach: no config measured meets the SLO "
+                   f"at it and none of the {len(unmeasured)} unmeasured has a "
+                   f"{MIN_CHANCE:.0%} chance, so the search looks for the most capacity)")
+        free = sorted((replace(p, risk=0.0) for p in unmeasured),
+                      key=lambda p: (-p.value, p.config))
+        best = self._best_measured(lambda o: o.feasible)
+        if best is None:
+            return self._note(free[0].config, "best predicted" + context, None, math.inf,
+                              len(free), 0)
+        return self._improve(free, best, len(free), context)
 
     def _note(self, config: TrialConfig | None, reason: str, incumbent: float | None,
               remaining: float, candidates: int, pruned: int) -> GuideDecision:

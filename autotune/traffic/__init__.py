@@ -1,6 +1,7 @@
 """Traffic samples: the streaming reader, summaries, workload grouping and replay schedules.
 
-DESIGN §4. Importers of other formats live in :mod:`autotune.traffic.importers`.
+The sample format: docs/traffic.md. Importers of other formats live in
+:mod:`autotune.traffic.importers`.
 """
 
 from __future__ import annotations

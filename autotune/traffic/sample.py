@@ -1,4 +1,4 @@
-"""Streaming reader and validator of the traffic sample format (DESIGN §4).
+"""Streaming reader and validator of the traffic sample format (docs/traffic.md).
 
 A sample is JSON Lines (optionally gzip), one request per line. Every field is checked; a bad
 line raises :class:`~autotune.errors.TrafficError` naming ``file:line: field: reason``, or, with

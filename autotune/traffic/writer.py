@@ -24,7 +24,7 @@ __all__ = ["request_record", "write_jsonl"]
 
 
 def request_record(request: Request, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The sample line (DESIGN §4) of ``request``: only the fields that are set, prompt last."""
+    """The sample line of ``request`` (docs/traffic.md): the fields that are set, prompt last."""
     rec: dict[str, Any] = {"id": request.id}
     if request.arrival_s is not None:
         rec["arrival_s"] = request.arrival_s

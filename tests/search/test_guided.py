@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +121,37 @@ def test_candidates_whose_optimistic_prediction_cannot_beat_the_incumbent_are_sk
     g.observe(a, 13.0, True, {})
     d = g.propose()
     assert d.config is None and d.pruned == 2 and "optimistic" in d.reason
+
+
+def _hopeless(preds: dict[TrialConfig, tuple[float, float]], risk: float) -> FixedPredictor:
+    fixed = FixedPredictor(preds)
+    fixed.preds = {c: replace(p, risk=risk) for c, p in fixed.preds.items()}
+    return fixed
+
+
+def test_nothing_left_can_meet_the_slo_once_a_config_meets_it() -> None:
+    a, b = (TrialConfig(n, False, 64, 4096) for n in (1, 2))
+    g = Guide(_hopeless({a: (20.0, 40.0), b: (15.0, 30.0)}, risk=0.95),  # type: ignore[arg-type]
+              epsilon=0.0)
+    g.predictor.observe(Observation(BASELINE, 9.5, True, meets=True))
+    d = g.propose()
+    assert d.config is None and d.reason.startswith("nothing left can meet the SLO")
+
+
+def test_a_rate_out_of_reach_searches_for_the_most_capacity() -> None:
+    # no config can serve the rate: the answer is infeasible whatever runs, and the config with
+    # the most capacity (fewest replicas) is what is left to find; the chances do not rank
+    a, b, c = (TrialConfig(n, False, 64, 4096) for n in (1, 2, 3))
+    g = Guide(_hopeless({a: (5.0, 6.0), b: (8.0, 12.0), c: (2.0, 2.5)}, risk=0.99),
+              epsilon=0.0)  # type: ignore[arg-type]
+    g.predictor.observe(Observation(BASELINE, 1.0, False, meets=False))  # met at no rate
+    d = g.propose()
+    assert d.config == b and "out of reach" in d.reason and d.incumbent is None
+    # b met the SLO at a lower rate than the one to serve: its value is the incumbent
+    g.predictor.observe(Observation(b, 7.0, True, meets=False))
+    d = g.propose()
+    assert d.config is None and d.incumbent == 7.0
+    assert "optimistic" in d.reason and "out of reach" in d.reason
 
 
 def test_failed_and_infeasible_trials_are_not_incumbents() -> None:

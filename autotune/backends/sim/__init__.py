@@ -1,7 +1,7 @@
 """The embedded simulator backend (``sim``): a calibrated discrete-event vLLM + DSpark replica.
 
-``create(serve, options, seed)`` builds a :class:`SimBackend` for a hardware+model profile
-(``options["profile"]``, default ``kimi-k2.6@8xH200-tp8``) and a drafter
+``create_sim_backend(serve, options, seed)`` builds a :class:`SimBackend` for a hardware+model
+profile (``options["profile"]``, default ``kimi-k2.6@8xH200-tp8``) and a drafter
 (``options["drafter"]``: ``dspark`` | ``eagle3-mla`` | ``none``). Each trial config starts a
 :class:`SimReplica` whose ``replay`` simulates continuous batching, chunked prefill, KV capacity
 with recompute preemption, and speculative decoding with acceptance drawn from each request's
@@ -21,10 +21,16 @@ from autotune.backends.sim._benchmarks import (
     seed_table,
     seed_table_errors,
 )
-from autotune.backends.sim._cost import StepCost
-from autotune.backends.sim._engine import EngineConfig, replay
+from autotune.backends.sim._catalog import ProfileSummary, profile_catalog
+from autotune.backends.sim._cost import cost_law
+from autotune.backends.sim._engine import EngineConfig, simulate_replay
 from autotune.backends.sim._generate import LENGTHS, LengthModel, generate_requests
-from autotune.backends.sim._profile import Profile, known_drafters, known_profiles, load_profile
+from autotune.backends.sim._profile import (
+    Profile,
+    known_drafters,
+    known_profiles,
+    load_profile,
+)
 from autotune.backends.sim._truth import HeadMap
 from autotune.errors import BackendError, ConfigError, TrialFailed
 from autotune.types import Measurement, Progress, ReplaySchedule, ServeSpec, TrialConfig
@@ -37,12 +43,15 @@ __all__ = [
     "SEED_TABLE",
     "SIM_VERSION",
     "LengthModel",
+    "ProfileSummary",
     "SimBackend",
     "SimReplica",
-    "create",
+    "create_sim_backend",
     "generate_requests",
     "known_drafters",
     "known_profiles",
+    "load_profile",
+    "profile_catalog",
     "seed_benchmark_requests",
     "seed_table",
     "seed_table_errors",
@@ -69,7 +78,7 @@ class SimReplica:
             raise ConfigError(f"unknown replay mode {schedule.mode!r}; use 'trace' or 'closed'")
         if not schedule.time_scale > 0:
             raise ConfigError(f"replay time_scale must be > 0, got {schedule.time_scale}")
-        return replay(self._engine, schedule, progress)
+        return simulate_replay(self._engine, schedule, progress)
 
     def stop(self) -> None:
         self._stopped = True
@@ -86,7 +95,7 @@ class SimBackend:
         self.drafter_name = drafter
         self.drafter = profile.drafter(drafter)
         self.seed = seed
-        self._cost = StepCost(profile.cost)
+        self._cost = cost_law(profile, self.drafter)
         self._head = (HeadMap.build(self.drafter.head, max(serve.draft_block_size, 1))
                       if self.drafter is not None else None)
 
@@ -144,20 +153,29 @@ class SimBackend:
             "draft_model": self.drafter.model if self.drafter is not None else None,
             "hardware": self.profile.hardware,
             "model": self.profile.model,
+            "cost_law": self.profile.cost.law,
+            "drafter_kind": self.drafter.kind if self.drafter is not None else None,
             "simulator_version": SIM_VERSION,
             "seed": self.seed,
         }
 
 
-def create(serve: ServeSpec, options: Mapping[str, Any], seed: int) -> SimBackend:
-    """Build the sim backend (the registry's factory for kind ``sim``)."""
+def create_sim_backend(serve: ServeSpec, options: Mapping[str, Any], seed: int) -> SimBackend:
+    """Build the sim backend (the registry's factory for kind ``sim``).
+
+    ``options["profile"]`` is a shipped profile name or a path to a profile YAML file.
+    """
     unknown = sorted(set(options) - set(_OPTIONS))
     if unknown:
         raise ConfigError(f"unknown sim option(s) {unknown}; known options: "
                           f"{', '.join(_OPTIONS)} (policy section sim)")
     profile = load_profile(str(options.get("profile") or DEFAULT_PROFILE))
-    drafter = str(options.get("drafter") or DEFAULT_DRAFTER)
-    if drafter not in known_drafters():
-        raise ConfigError(f"unknown sim drafter {drafter!r}; known drafters: "
-                          f"{', '.join(known_drafters())} (policy key sim.drafter)")
-    return SimBackend(serve, profile, drafter, seed)
+    drafter_name = str(options.get("drafter") or DEFAULT_DRAFTER)
+    drafter = profile.drafter(drafter_name)
+    if drafter is not None and drafter.block_size < serve.draft_block_size:
+        raise ConfigError(
+            f"{profile.source}: drafters.{drafter_name}.block_size: {drafter.block_size} is "
+            f"smaller than the policy's widest window (serve.draft_block_size="
+            f"{serve.draft_block_size}, which bounds space.num_speculative_tokens); raise "
+            "block_size in the profile or lower serve.draft_block_size")
+    return SimBackend(serve, profile, drafter_name, seed)

@@ -43,7 +43,8 @@ PER_BENCHMARK = 500
 #: Simulator seeds averaged per cell (each draws another set of hidden per-request profiles).
 DEFAULT_SEEDS = (0, 1, 2)
 
-#: Every published number (DESIGN §1): model -> drafter -> benchmark|avg -> window -> speedup.
+#: Every published number (docs/architecture.md):
+#: model -> drafter -> benchmark|avg -> window -> speedup.
 SEED_TABLE: dict[str, dict[str, dict[str, dict[str, float]]]] = {
     "kimi-k2.6": {
         "dspark": {"avg": {"3": 2.17, "7": 2.55}, "livecodebench": {"3": 1.86, "7": 1.87},

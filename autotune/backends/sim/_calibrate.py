@@ -39,8 +39,14 @@ from autotune.backends.sim._benchmarks import (
     seed_benchmark_requests,
     speedup,
 )
-from autotune.backends.sim._cost import StepCost
-from autotune.backends.sim._profile import AcceptancePrior, DrafterProfile, Profile, load_profile
+from autotune.backends.sim._cost import AnalyticStepCost
+from autotune.backends.sim._profile import (
+    AcceptancePrior,
+    AnalyticCost,
+    DrafterProfile,
+    Profile,
+    load_profile,
+)
 from autotune.backends.sim._truth import POSITION_SD, hashed_normals, logit, request_keys
 from autotune.types import Request
 
@@ -80,15 +86,26 @@ def _emitted(lines: FloatArray, step_sd: float, n: int) -> FloatArray:
     return out
 
 
-def _time(cost: StepCost, drafter: DrafterProfile | None, n: int, b: _Bench,
-          emitted: FloatArray) -> float:
-    c = cost.cost
-    prefill = np.array([cost.target(p, 0.0, p * p / 2.0) for p in b.prompt])
-    step = c.fixed_s + cost._per_expert * cost.experts_touched(1 + n) + c.token_s * (1 + n) \
-        + c.kv_token_s * (b.prompt + b.output / 2.0)
-    if drafter is not None and n > 0:
-        prefill = prefill + np.array([drafter.draft_time(n, 1, int(p)) for p in b.prompt])
-        step = step + drafter.draft_time(n, 1, 0)
+def _time(cost: AnalyticStepCost, n: int, b: _Bench, emitted: FloatArray,
+          cache: dict[tuple[int, int], tuple[FloatArray, FloatArray]] | None = None) -> float:
+    """Seconds to serve benchmark ``b`` one request at a time at window ``n`` (0: no drafter).
+
+    The prefill and per-step times do not depend on acceptance: ``cache`` keeps them per
+    (benchmark, window) across calls."""
+    key = (id(b), n)
+    hit = cache.get(key) if cache is not None else None
+    if hit is None:
+        c = cost.cost
+        prefill = np.array([cost.target(p, 0.0, p * p / 2.0) for p in b.prompt])
+        step = c.fixed_s + cost.expert_seconds(1 + n) + c.token_s * (1 + n) \
+            + c.kv_token_s * (b.prompt + b.output / 2.0)
+        if n > 0:
+            prefill = prefill + np.array([cost.draft_time(n, 1, int(p)) for p in b.prompt])
+            step = step + cost.draft_time(n, 1, 0)
+        hit = (prefill, step)
+        if cache is not None:
+            cache[key] = hit
+    prefill, step = hit
     steps = (b.output - 1.0) / emitted + 0.5 * (1.0 - 1.0 / emitted)
     return float((prefill + steps * step).sum())
 
@@ -100,12 +117,15 @@ class _Model:
                  benchmarks: Mapping[str, Sequence[Request]], seeds: Sequence[int]) -> None:
         self.profile = profile
         self.drafter = profile.drafters[drafter]
-        self.cost = StepCost(profile.cost)
+        if not isinstance(profile.cost, AnalyticCost):
+            raise ValueError(f"profile {profile.name}: the seed-table fit needs cost.law analytic")
+        self.cost = AnalyticStepCost(profile.cost, self.drafter)
         block = self.drafter.block_size
         sd = self.drafter.priors["default"].request_sd
         self.benches = {name: _bench(reqs, sd, block, seeds)
                         for name, reqs in benchmarks.items()}
-        self.base = {name: _time(self.cost, None, 0, b, np.ones(b.output.size))
+        self._cache: dict[tuple[int, int], tuple[FloatArray, FloatArray]] = {}
+        self.base = {name: _time(self.cost, 0, b, np.ones(b.output.size), self._cache)
                      for name, b in self.benches.items()}
 
     def speedup(self, name: str, prior: AcceptancePrior, n: int) -> float:
@@ -113,14 +133,14 @@ class _Model:
         out = 0.0
         for noise in b.noise:
             lines = logit(prior.c1) + prior.slope * np.arange(noise.shape[1]) + noise
-            out += self.base[name] / _time(self.cost, self.drafter, n, b,
-                                           _emitted(lines, prior.step_sd, n))
+            out += self.base[name] / _time(self.cost, n, b,
+                                           _emitted(lines, prior.step_sd, n), self._cache)
         return out / len(b.noise)
 
 
 def _with(prior: AcceptancePrior, level: float, slope: float) -> AcceptancePrior:
     c1 = float(1.0 / (1.0 + np.exp(-level)))
-    return dataclasses.replace(prior, c1=c1, slope=slope)
+    return prior.model_copy(update={"c1": c1, "slope": slope})
 
 
 def _shift(prior: AcceptancePrior, d_level: float, d_slope: float) -> AcceptancePrior:
@@ -198,11 +218,11 @@ def fit_drafter(profile: Profile, drafter: str, benchmarks: Mapping[str, Sequenc
 def _replace_priors(profile: Profile, drafter: str,
                     priors: Mapping[str, AcceptancePrior]) -> Profile:
     drafters = dict(profile.drafters)
-    drafters[drafter] = dataclasses.replace(drafters[drafter], priors=dict(priors))
-    return dataclasses.replace(profile, drafters=drafters)
+    drafters[drafter] = drafters[drafter].model_copy(update={"acceptance": dict(priors)})
+    return profile.model_copy(update={"drafters": drafters})
 
 
-def calibrate(model: str, benchmarks: Mapping[str, Sequence[Request]], rounds: int = 4,
+def calibrate_profile(model: str, benchmarks: Mapping[str, Sequence[Request]], rounds: int = 4,
               tolerance: float = 0.004, seeds: Sequence[int] = DEFAULT_SEEDS,
               log: bool = True) -> Profile:
     """Fit both drafters of ``model`` to the seed table, iterating with the simulator."""
@@ -258,7 +278,7 @@ def write_priors(path: Path, profile: Profile) -> None:
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-def main(argv: list[str] | None = None) -> int:
+def _main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Fit sim acceptance priors to the seed table")
     parser.add_argument("--data", type=Path, required=True, help="../shared/data")
     parser.add_argument("--per-benchmark", type=int, default=PER_BENCHMARK)
@@ -267,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     benchmarks = seed_benchmark_requests(args.data, args.per_benchmark)
     root = Path(__file__).resolve().parent / "profiles"
     for model, name in MODELS.items():
-        profile = calibrate(model, benchmarks)
+        profile = calibrate_profile(model, benchmarks)
         for drafter in ("dspark", "eagle3-mla"):
             for b in (*BENCHMARKS, "chat", "default"):
                 p = profile.drafters[drafter].priors[b]
@@ -278,4 +298,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_main())

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Column", "ThinnedPool"]
+__all__ = ["Column", "RequestResults", "ThinnedPool"]
 
 
 class Column:
@@ -78,3 +80,34 @@ class ThinnedPool:
         if self._n > self._cap:
             out = out[np.sort(self._rng.choice(self._n, self._cap, replace=False))]
         return out.copy()
+
+
+class RequestResults:
+    """Per-request columns of measured requests, in completion order."""
+
+    def __init__(self) -> None:
+        self.ttft = Column(np.float64)
+        self.tpot = Column(np.float64)
+        self.e2e = Column(np.float64)
+        self.out = Column(np.int64)
+        self.ok = Column(np.bool_)
+        self.first_arrival = math.inf
+        self.last_finish = -math.inf
+
+    def add(self, ttft: npt.NDArray[np.float64], e2e: npt.NDArray[np.float64],
+            out: npt.NDArray[np.int64], finish: float) -> None:
+        self.ttft.extend(ttft)
+        self.e2e.extend(e2e)
+        decode = e2e - ttft
+        tpot = np.where(out > 1, decode / np.maximum(out - 1, 1), 0.0)
+        self.tpot.extend(tpot)
+        self.out.extend(out)
+        self.ok.extend(np.ones(out.size, dtype=bool))
+        self.last_finish = max(self.last_finish, finish)
+
+    def fail(self, at: float) -> None:
+        for col in (self.ttft, self.tpot, self.e2e):
+            col.extend(np.array([math.nan]))
+        self.out.extend(np.array([0]))
+        self.ok.extend(np.array([False]))
+        self.last_finish = max(self.last_finish, at)

@@ -1,4 +1,4 @@
-"""Traffic importers: logs and traces in other formats -> the sample format (DESIGN §4).
+"""Traffic importers: logs and traces in other formats -> the sample format (docs/traffic.md).
 
 Each format is one module defining an ``IMPORTER`` (a name, a summary and a line parser); adding
 a format is adding a module and one entry in :data:`IMPORTERS`. :func:`import_traffic` runs the

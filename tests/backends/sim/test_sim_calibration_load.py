@@ -9,7 +9,7 @@ import pytest
 
 from autotune.backends.sim import (
     SEED_TABLE,
-    create,
+    create_sim_backend,
     generate_requests,
     seed_benchmark_requests,
     seed_table,
@@ -61,7 +61,7 @@ def test_whole_seed_table_within_3_percent() -> None:
 
 
 def _closed(n: int, conc: int, reqs: list[Request], av: bool = False) -> Measurement:
-    backend = create(SERVE, {}, 0)
+    backend = create_sim_backend(SERVE, {}, 0)
     return backend.start(TrialConfig(n, av, max(conc, 1), 8192)).replay(
         ReplaySchedule(reqs, mode="closed", concurrency=conc, warmup_requests=conc))
 

@@ -10,7 +10,7 @@ import pytest
 
 from autotune.backends import create_backend
 from autotune.backends.sim import SimReplica, generate_requests
-from autotune.backends.sim._engine import replay
+from autotune.backends.sim._engine import simulate_replay
 from autotune.types import Measurement, ReplaySchedule, Request, ServeSpec, TrialConfig
 
 SERVE = ServeSpec(model="moonshotai/Kimi-K2.6", draft_model="novita/kimi-k2.6-dspark",
@@ -81,7 +81,7 @@ def test_conservation(config: TrialConfig) -> None:
     reqs.sort(key=lambda r: r.arrival_s or 0.0)
     emits = _Emits()
     replica = _replica(config)
-    m = replay(replica._engine, ReplaySchedule(reqs, warmup_requests=0), on_emit=emits)
+    m = simulate_replay(replica._engine, ReplaySchedule(reqs, warmup_requests=0), on_emit=emits)
     assert m.requests == len(reqs) and m.ok.all()
     assert sorted(m.output_tokens.tolist()) == sorted(r.output_tokens for r in reqs)
     assert dict(emits.per_request) == {i: r.output_tokens for i, r in enumerate(reqs)}
@@ -127,7 +127,7 @@ def test_kv_exhaustion_preempts_and_recomputes() -> None:
     reqs = [Request(f"r{i}", 14000, 1500) for i in range(64)]
     emits = _Emits()
     replica = _replica(TrialConfig(3, False, 64, 16384), serve=serve)
-    m = replay(replica._engine, ReplaySchedule(reqs, mode="closed", concurrency=64),
+    m = simulate_replay(replica._engine, ReplaySchedule(reqs, mode="closed", concurrency=64),
                on_emit=emits)
     assert m.extra["preemptions"] > 0
     assert m.extra["kv_peak_utilization"] > 0.9

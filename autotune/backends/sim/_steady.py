@@ -1,0 +1,201 @@
+"""The replay's fast path: many decode steps at once while the running batch cannot change.
+
+Under load most steps are pure decode steps of the same requests: every running request
+verifies its window, nobody is prefilling, and no waiting request could be admitted. Then
+nothing about the step's shape changes until a request finishes, a new request arrives, or
+the KV cache runs short, so the acceptance of a whole block of steps can be drawn at once
+(an array of steps × requests × positions) and the block cut at the first of those events.
+The draws, the emitted tokens, the KV blocks, the ITL gaps and the acceptance counters are
+exactly those of the single-step path (:mod:`._engine`) applied step after step; only the
+order of the random draws differs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autotune.backends.sim._batch import FloatArray, IntArray
+from autotune.backends.sim._state import ReplayState
+
+__all__ = ["advance_steady_decode"]
+
+#: Largest (steps × rows × window) block drawn at once.
+MAX_BLOCK_CELLS = 1 << 21
+#: Longest block, in steps.
+MAX_BLOCK_STEPS = 1024
+
+
+def _batch_is_steady(state: ReplayState) -> bool:
+    """Every running request decodes its full window within the token budget, and no waiting
+    request could be admitted (the batch is full in sequences or in tokens)."""
+    cfg = state.cfg
+    batch = state.running
+    rows = batch.n
+    tokens_per_row = 1 + cfg.window
+    if rows == 0 or rows * tokens_per_row > cfg.max_num_batched_tokens:
+        return False
+    if (state.waiting and cfg.max_num_seqs > rows
+            and cfg.max_num_batched_tokens > rows * tokens_per_row):
+        return False
+    return not np.any(batch.done[:rows] < batch.need[:rows])
+
+
+def advance_steady_decode(state: ReplayState, now: float) -> float | None:
+    """Advance ``state`` by a block of steady decode steps; the simulated seconds advanced.
+
+    Returns None (nothing done) when the batch could change at the next step: a request is
+    still prefilling, a waiting request could be admitted, the window does not fit the token
+    budget, or not even one step fits before the next arrival or the KV cache's end. The
+    caller then runs one ordinary step.
+
+    The block's length (the horizon) is sized so that the request closest to done finishes
+    inside it at the recent emission rate. For each step of the horizon the acceptance of every
+    request's draft is drawn as in a single step (one step shift per request, one logistic
+    variate per position); with adaptive verification each step's verify budget is chosen from
+    the head's confidences (:func:`_adaptive_budgets`). The block is cut at the first step in
+    which a request finishes, the last step that starts before the next arrival (trace mode),
+    and the last step whose new KV blocks still fit.
+    """
+    if not _batch_is_steady(state):
+        return None
+    cfg = state.cfg
+    batch = state.running
+    rows = batch.n
+    window = cfg.window
+    tokens_per_row = 1 + window
+    owed = batch.out[:rows] - batch.gen[:rows]
+    horizon = int(int(owed.min()) / state.emit_rate * 1.25) + 2
+    horizon = min(horizon, MAX_BLOCK_STEPS, max(2, MAX_BLOCK_CELLS // (rows * max(window, 1))))
+    kv_start = float(batch.kv[:rows].sum())
+    draft_s = cfg.draft_time(rows, 0, kv_start / rows)
+
+    # acceptance of every (step, request): the accepted prefix of the drafted window
+    budget: IntArray | None = None  # adaptive: draft tokens verified per (step, request)
+    if window > 0:
+        step_shift = state.rand.normal(horizon * rows).reshape(horizon, rows) * batch.sd[:rows]
+        draws = state.rand.logistic(horizon * rows * window).reshape(horizon, rows, window)
+        accepted_mask = draws < batch.true[:rows, :window][None, :, :] + step_shift[:, :, None]
+        accepted = np.cumprod(accepted_mask, axis=2).sum(axis=2)
+        if cfg.adaptive:
+            budget = _adaptive_budgets(state, step_shift, draft_s)
+            accepted = np.minimum(accepted, budget)
+    else:
+        accepted = np.zeros((horizon, rows), dtype=np.int64)
+    advanced = accepted + 1  # tokens each request moves forward per step
+    emitted_so_far = np.cumsum(advanced, axis=0)
+    finishing = (emitted_so_far >= owed).any(axis=1)
+    if finishing.any():
+        horizon = int(np.argmax(finishing)) + 1  # stop at the first step a request finishes
+        accepted, advanced = accepted[:horizon], advanced[:horizon]
+        emitted_so_far = emitted_so_far[:horizon]
+        if budget is not None:
+            budget = budget[:horizon]
+
+    # KV blocks each step needs, and the step times
+    kv_before = np.empty((horizon, rows), dtype=np.int64)
+    kv_before[0] = batch.kv[:rows]
+    kv_before[1:] = emitted_so_far[:-1] + batch.kv[:rows]
+    bs = cfg.kv_block_size
+    blocks_needed = (kv_before + (tokens_per_row + bs - 1)) // bs
+    new_blocks = np.maximum(blocks_needed - batch.blocks[:rows], 0).sum(axis=1)
+    kv_read = kv_before.sum(axis=1)
+    if budget is None:
+        tokens: FloatArray | float = float(rows * tokens_per_row)
+        context = kv_read / rows
+    else:
+        tokens = (rows + budget.sum(axis=1)).astype(np.float64)
+        context = ((1 + budget) * kv_before).sum(axis=1) / tokens
+    step_s = cfg.cost.decode_steps(tokens, kv_read, context, draft_s)
+    step_end = now + np.cumsum(step_s)
+
+    # cut the block at the next arrival and where the KV cache runs out
+    steps = horizon
+    if state.schedule.mode == "trace":
+        next_arrival = state.incoming.peek_time()
+        steps = min(steps, int(np.searchsorted(step_end - step_s, next_arrival, "left")))
+    steps = min(steps, int(np.searchsorted(new_blocks, state.free_blocks, "right")))
+    if steps < 1:
+        return None
+    if steps < horizon:
+        accepted, advanced = accepted[:steps], advanced[:steps]
+        step_s, step_end = step_s[:steps], step_end[:steps]
+        emitted_so_far = emitted_so_far[:steps]
+        if budget is not None:
+            budget = budget[:steps]
+
+    # apply: tokens emitted (the last step never emits more than a request still owes)
+    emit = advanced.copy()
+    overshoot = emitted_so_far[steps - 1] - owed
+    if np.any(overshoot > 0):
+        emit[-1] -= np.maximum(overshoot, 0)
+    state.emit_rate = 0.8 * state.emit_rate + 0.2 * float(advanced.mean())
+    end = float(step_end[-1])
+    batch.gen[:rows] += emit.sum(axis=0)
+    batch.kv[:rows] += advanced.sum(axis=0)
+    np.maximum(batch.blocks[:rows], blocks_needed[steps - 1], out=batch.blocks[:rows])
+    state.free_blocks -= int(new_blocks[steps - 1])
+    state.note_kv_use()
+    _record_measured(state, accepted, budget, step_s, step_end)
+    if state.on_emit is not None:
+        for k in range(steps):
+            state.on_emit(batch.seq[:rows].copy(), emit[k], float(step_end[k]))
+    batch.last_t[:rows] = end
+    state.steps += steps
+    state.batch_sum += steps * rows
+    state.step_time_sum += float(step_s.sum())
+    finished = batch.gen[:rows] >= batch.out[:rows]
+    if finished.any():
+        state.complete(finished, end)
+    return end - now
+
+
+def _record_measured(state: ReplayState, accepted: IntArray, budget: IntArray | None,
+                     step_s: FloatArray, step_end: FloatArray) -> None:
+    """Acceptance counters and ITL gaps of the measured (post-warm-up) requests of a block."""
+    batch = state.running
+    rows = batch.n
+    window = state.cfg.window
+    measured = batch.measured[:rows]
+    n_measured = int(measured.sum())
+    if not n_measured:
+        return
+    if window > 0 and budget is None:  # every step verified the whole window
+        state.hist += np.bincount((accepted[:, measured] + window * (window + 1)).ravel(),
+                                  minlength=state.hist.size)
+    elif budget is not None:
+        verified = budget[:, measured]
+        drafted = verified > 0
+        state.hist += np.bincount((verified * (window + 1) + accepted[:, measured])[drafted],
+                                  minlength=state.hist.size)
+        state.budget_sum += int(verified.sum())
+        state.budget_steps += verified.size
+    state.itl.extend(step_end[0] - batch.last_t[:rows][measured])
+    if step_s.size > 1:
+        state.itl.extend(np.repeat(step_s[1:], n_measured))
+
+
+def _adaptive_budgets(state: ReplayState, step_shift: FloatArray, draft_s: float) -> IntArray:
+    """DSpark adaptive verification for a block of steady steps (rows = steps).
+
+    Per step, the head's survival probabilities of every (request, position) are ranked and
+    the verify budget keeps the prefix of that ranking that maximises expected emitted tokens
+    per step time, as the single-step rule does. The KV-read term is taken at the block's start
+    for the choice (it shifts every candidate's step time by the same small amount); the step
+    times themselves use the exact context.
+    """
+    batch = state.running
+    window = state.cfg.window
+    steps, rows = step_shift.shape
+    conf = 1.0 / (1.0 + np.exp(-(batch.head[:rows, :window][None, :, :]
+                                  + step_shift[:, :, None])))
+    survival = np.cumprod(conf, axis=2)
+    ranked = -np.sort(-survival.reshape(steps, rows * window), axis=1)
+    gains = np.zeros((steps, rows * window + 1))
+    np.cumsum(ranked, axis=1, out=gains[:, 1:])
+    kv = float(batch.kv[:rows].sum())
+    times = state.cfg.cost.target_many(rows + np.arange(rows * window + 1, dtype=np.float64),
+                                       kv, 0.0, kv / rows) + draft_s
+    best = np.argmax((rows + gains) / times[None, :], axis=1)
+    threshold = np.where(best > 0, ranked[np.arange(steps), np.maximum(best - 1, 0)], np.inf)
+    out: IntArray = (survival >= threshold[:, None, None]).sum(axis=2)
+    return out

