@@ -196,7 +196,7 @@ def run_pass(options: TuneOptions, store: Store, reporter: Reporter | None = Non
                 "or SIGHUP)")
         raise
     except StoreError as e:  # the database failed, not the run: resume it when it is back
-        _settle(store, watch.run_id, "interrupted", f"database error: {e}")
+        _settle(store, watch.run_id, "interrupted", f"database error: {e}", also="failed")
         raise
     except AutotuneError as e:
         _settle(store, watch.run_id, "failed", f"{type(e).__name__}: {e}")
@@ -206,16 +206,18 @@ def run_pass(options: TuneOptions, store: Store, reporter: Reporter | None = Non
         if db is None:
             _settle(store, watch.run_id, "failed", f"{type(e).__name__}: {e}")
             raise
-        _settle(store, watch.run_id, "interrupted", f"database error: {db}")
+        _settle(store, watch.run_id, "interrupted", f"database error: {db}", also="failed")
         raise db from e
 
 
-def _settle(store: Store, run_id: str | None, status: str, why: str) -> None:
-    """Mark ``run_id`` ``status`` if it is still ``running``; never raises for the database."""
+def _settle(store: Store, run_id: str | None, status: str, why: str,
+            also: str | None = None) -> None:
+    """Mark ``run_id`` ``status`` if it is still ``running`` (or ``also``: a run the pass marked
+    failed for a database error is resumable); never raises for the database."""
     if run_id is None:
         return
     try:
-        if store.run(run_id).status == "running":
+        if store.run(run_id).status in ("running", also):
             store.set_run_status(run_id, status, why)
     except (StoreError, OSError) as e:
         log.warning("cannot mark run %s %s: %s", run_id, status, e)

@@ -124,6 +124,7 @@ class _Proxy:
         self.port = self.server.getsockname()[1]
         self.sockets: list[socket.socket] = []
         self.lock = threading.Lock()
+        self.closed = False
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -132,8 +133,11 @@ class _Proxy:
                 client, _ = self.server.accept()
             except OSError:
                 return
-            up = socket.create_connection(self.upstream)
-            with self.lock:
+            with self.lock:  # a connection accepted while cutting is closed too
+                if self.closed:
+                    client.close()
+                    return
+                up = socket.create_connection(self.upstream)
                 self.sockets += [client, up]
             for a, b in ((client, up), (up, client)):
                 threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
@@ -145,8 +149,9 @@ class _Proxy:
                 dst.sendall(data)
 
     def cut(self) -> None:
-        self.server.close()
         with self.lock:
+            self.closed = True
+            self.server.close()
             for s in self.sockets:
                 with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
