@@ -81,8 +81,18 @@ def _slo_that_holds(policy: Policy, summary: Mapping[str, Any], prefix: str) -> 
     return f"an SLO of {' and '.join(parts)}" if parts else ""
 
 
-def _space_hint(policy: Policy, best: Scored) -> str:
-    """A knob of the best config at the edge of the space, in the direction of capacity."""
+def _space_hint(policy: Policy, best: Scored, met: bool) -> str:
+    """A knob of the best config at the edge of the space, in the direction of capacity; when
+    the ITL bound fails even at the slowest rate tried, steps are too long at any load and more
+    capacity would not help: shorter steps would."""
+    assert best.outcome is not None
+    itl = _num(best.outcome.summary, "itl_p99_ms")
+    bound = policy.objective.slo.itl_p99_ms
+    if not met and itl is not None and bound is not None and itl > bound:
+        return (f"; p99 ITL misses ({math.ceil(itl):,} ms) even at the slowest rate tried, so "
+                "more capacity alone will not help: configs with shorter steps (a smaller "
+                "max_num_batched_tokens chunks prefills finer, a smaller window verifies fewer "
+                "tokens) may meet it")
     space = policy.space
     hints = []
     for knob in ("max_num_batched_tokens", "max_num_seqs"):
@@ -123,7 +133,7 @@ def judge_feasibility(policy: Policy, best: Scored) -> Feasibility:
             False, capacity, target,
             f"infeasible: best config {config} {reached} (needs {target:g}×); at "
             f"{at} it misses the SLO ({', '.join(misses) or 'p99s over the bounds'}); "
-            f"feasible with {fix}{_space_hint(policy, best)}", needed)
+            f"feasible with {fix}{_space_hint(policy, best, bool(met))}", needed)
     if best.outcome.feasible:
         return Feasibility(True, capacity, target, "")
     misses = _misses(policy, summary, "")
@@ -134,7 +144,7 @@ def judge_feasibility(policy: Policy, best: Scored) -> Feasibility:
         False, capacity, target,
         f"infeasible: no config measured meets the SLO {mode}; the best, {config}, misses it "
         f"({', '.join(misses) or 'p99s over the bounds'})"
-        + (f"; feasible with {slo_fix}" if slo_fix else "") + _space_hint(policy, best))
+        + (f"; feasible with {slo_fix}" if slo_fix else "") + _space_hint(policy, best, True))
 
 
 def slo_probability(readings: Sequence[Outcome], slo: Slo, target: float) -> float | None:

@@ -69,6 +69,17 @@ def test_no_rate_meeting_the_slo_says_so() -> None:
     assert "3 request(s) failed" in verdict.reason
 
 
+def test_an_itl_tail_missed_even_at_the_slowest_rate_asks_for_shorter_steps() -> None:
+    # the Azure code trace: long prompts' prefill chunks stretch steps even on an idle replica
+    best = scored({"load_scale": 0.015625, "capacity_met_slo": 0.0, "itl_p99_ms": 105.0,
+                   "ttft_p99_ms": 311.0, "target_ttft_p99_ms": 4900.0,
+                   "target_itl_p99_ms": 237.0}, feasible=False)
+    text = judge_feasibility(policy(), best).reason
+    assert "p99 ITL misses (105 ms) even at the slowest rate tried" in text
+    assert "smaller max_num_batched_tokens" in text
+    assert "widen" not in text  # a bigger token budget makes the steps longer, not shorter
+
+
 def test_closed_loop_feasibility_is_the_slo_at_the_concurrency() -> None:
     ok = scored({"ttft_p99_ms": 100.0, "itl_p99_ms": 20.0})
     assert judge_feasibility(policy(mode="closed", concurrency=8), ok).feasible
