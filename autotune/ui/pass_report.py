@@ -5,13 +5,11 @@ stopped, why it was not promoted, where it was exported)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
-from autotune.orchestrate import TuneResult
 from autotune.policy import Policy
-from autotune.recommend import WorkloadResult
 from autotune.store import RecommendationRecord, RunRecord
 from autotune.store.records import iso
 from autotune.ui.console import err, fmt_num, out, print_table
@@ -22,6 +20,10 @@ from autotune.ui.tables import (
     recommendations_table,
     speedup_cell,
 )
+
+if TYPE_CHECKING:  # the pass's types only: a read-only command need not import the pass
+    from autotune.orchestrate import TuneResult
+    from autotune.recommend import WorkloadResult
 
 __all__ = ["baseline_label", "pass_notes", "print_pass", "print_status", "result_table"]
 
