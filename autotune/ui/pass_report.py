@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
-from autotune.policy import Policy
 from autotune.store import RecommendationRecord, RunRecord
 from autotune.store.records import iso
 from autotune.ui.console import err, fmt_num, out, print_table
@@ -23,6 +22,7 @@ from autotune.ui.tables import (
 
 if TYPE_CHECKING:  # the pass's types only: a read-only command need not import the pass
     from autotune.orchestrate import TuneResult
+    from autotune.policy import Policy
     from autotune.recommend import WorkloadResult
 
 __all__ = ["baseline_label", "pass_notes", "print_pass", "print_status", "result_table"]
