@@ -218,8 +218,8 @@ def traffic_inspect(sample: Path, fmt: str, skip_invalid: bool, group: bool, see
     if group and (columns.workload < 0).any():
         grouping = group_columns(columns, seed)
         columns = grouping.columns
-        err.print(f"unlabelled requests grouped automatically: {grouping.k} group(s) (by "
-                  "lengths, then by acceptance where per-group windows pay; docs/traffic.md)")
+        err.print(f"unlabelled requests grouped automatically: {grouping.k} group(s) "
+                  "(lengths, then acceptance; docs/traffic.md)")
     rows = [s.as_dict() for s in summarize_columns(columns)]
     if reader.skipped:
         too_long = (f" ({reader.too_long} longer than max_model_len {max_model_len})"
