@@ -3,22 +3,10 @@ PostgreSQL server named by ``AUTOTUNE_TEST_POSTGRES_URL`` (the variants skip wit
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from signal_cases import PG_ENV, pg_schema
-
-
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    """A PostgreSQL URL whose search_path is a fresh, empty schema (dropped afterwards)."""
-    admin = os.environ.get(PG_ENV)
-    if not admin:
-        pytest.skip(f"{PG_ENV} is not set (CI sets it; see .ci/run)")
-    with pg_schema(admin) as url:
-        yield url
+from signal_cases import pg_url  # noqa: F401 (a fixture shared with tests/faults)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

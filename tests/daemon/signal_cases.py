@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -112,6 +113,17 @@ def pg_schema(admin: str) -> Iterator[str]:
         with engine.begin() as conn:
             conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
         engine.dispose()
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A PostgreSQL URL whose search_path is a fresh, empty schema (dropped afterwards); the
+    test skips when the server is not configured (CI sets it; see .ci/run)."""
+    admin = os.environ.get(PG_ENV)
+    if not admin:
+        pytest.skip(f"{PG_ENV} is not set (CI sets it; see .ci/run)")
+    with pg_schema(admin) as url:
+        yield url
 
 
 def write_inputs(folder: Path, trials: int = 2) -> tuple[Path, Path]:
