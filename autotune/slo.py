@@ -21,15 +21,16 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import numpy.typing as npt
+if TYPE_CHECKING:  # numpy is imported where arrays are judged: read-only commands start faster
+    import numpy as np
+    import numpy.typing as npt
+
+    FloatArray = npt.NDArray[np.float64]
+    BoolArray = npt.NDArray[np.bool_]
 
 __all__ = ["Slo", "SloCheck", "margin_from_summary", "quantile_ms"]
-
-FloatArray = npt.NDArray[np.float64]
-BoolArray = npt.NDArray[np.bool_]
 
 #: The percentile the SLO bounds (as a fraction).
 SLO_QUANTILE = 0.99
@@ -37,6 +38,8 @@ SLO_QUANTILE = 0.99
 
 def quantile_ms(values: FloatArray, q: float) -> float:
     """The q-quantile of ``values`` (seconds) in milliseconds; NaN when empty."""
+    import numpy as np
+
     if values.size == 0:
         return math.nan
     return float(np.quantile(values, q)) * 1000.0
@@ -88,6 +91,8 @@ class Slo:
 
         NaN latencies (a missing value) never meet a bound.
         """
+        import numpy as np
+
         met = np.asarray(ok, dtype=bool).copy()
         if self.ttft_p99_ms is not None:
             met &= ttft_s * 1000.0 <= self.ttft_p99_ms
@@ -98,6 +103,8 @@ class Slo:
     def check(self, ok: BoolArray, ttft_s: FloatArray, itl_s: FloatArray) -> SloCheck:
         """Judge a replay: p99 TTFT over completed requests, p99 of the pooled ITL gaps, and
         every request completed (see the module docstring)."""
+        import numpy as np
+
         ok = np.asarray(ok, dtype=bool)
         ttft = quantile_ms(ttft_s[ok], SLO_QUANTILE)
         itl = quantile_ms(itl_s, SLO_QUANTILE)

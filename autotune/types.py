@@ -10,12 +10,15 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal, Protocol
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from autotune.slo import Slo, SloCheck, quantile_ms
+
+if TYPE_CHECKING:  # no numpy at import: read-only commands (store, tables) start faster
+    import numpy as np
+    import numpy.typing as npt
+
+    FloatArray = npt.NDArray[np.float64]
 
 __all__ = [
     "KNOB_NAMES",
@@ -34,8 +37,16 @@ __all__ = [
     "quantile_ms",
 ]
 
-FloatArray = npt.NDArray[np.float64]
 ReplayMode = Literal["trace", "closed"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "FloatArray":  # the array alias, built on first use (numpy loads late)
+        import numpy as np
+        import numpy.typing as npt
+
+        return npt.NDArray[np.float64]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 #: Keys autotune may put in a ``--speculative-config`` JSON: fields of vLLM's SpeculativeConfig.
 SPECULATIVE_CONFIG_KEYS = frozenset(

@@ -25,12 +25,15 @@ import math
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from autotune.errors import SearchError
-from autotune.types import FloatArray, Slo
+from autotune.types import Slo
+
+if TYPE_CHECKING:
+    from autotune.types import FloatArray
 
 __all__ = [
     "CONFIDENCE",
