@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from vllm_helpers import CPU_ENV, TinyModels, prompt_texts
+from vllm_helpers import CPU_ENV, FAST_START, TinyModels, prompt_texts
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -35,7 +35,7 @@ def _policy(target: Path, models: TinyModels) -> dict[str, object]:
             "tensor_parallel_size": 1,
             "gpus_per_replica": 0,
             "max_model_len": 512,
-            "extra_args": ["--enforce-eager"],
+            "extra_args": list(FAST_START),
             "env": dict(CPU_ENV),
             "command": [sys.executable, "-m", "vllm.entrypoints.openai.api_server"],
         },
