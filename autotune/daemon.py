@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from autotune.errors import AutotuneError, ConfigError, StoreError, TrafficError
 from autotune.export import write_atomic
 from autotune.orchestrate import Reporter, TuneOptions, TuneResult, tune
-from autotune.orchestrate.pool import hold_point
+from autotune.orchestrate.pool import hold_point, process_running
 from autotune.store import HeldLease, LeaseHeld, Store
 from autotune.store.engine import database_error_in
 from autotune.traffic import file_sha256
@@ -251,7 +251,7 @@ def read_daemon_state(path: Path) -> dict[str, Any] | None:
         pid = int(data.get("pid") or 0)
     except (TypeError, ValueError):
         return _unreadable(path, f"has a pid that is not a number ({data.get('pid')!r})")
-    data["alive"] = _alive(pid) and data.get("status") != "stopped"
+    data["alive"] = process_running(pid) and data.get("status") != "stopped"
     return data
 
 
@@ -259,18 +259,6 @@ def _unreadable(path: Path, why: str) -> dict[str, Any]:
     error = f"daemon state file {path} {why}; the next `autotune start` rewrites it"
     log.warning("%s", error)
     return {"status": "unreadable", "alive": False, "error": error}
-
-
-def _alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @dataclass

@@ -33,7 +33,7 @@ from autotune.orchestrate.capacity import replay_at_capacity
 from autotune.types import Measurement, Progress, ReplaySchedule, TrialConfig
 
 __all__ = ["HOLD_ENV", "HOLD_FILE_ENV", "Pool", "SerialPool", "TrialResult", "TrialTask",
-           "hold_point", "run_trial", "signals_held"]
+           "hold_point", "process_running", "run_trial", "signals_held"]
 
 log = logging.getLogger(__name__)
 
@@ -202,3 +202,20 @@ def _deliver(signum: int, handler: Any) -> None:
         handler(signum, None)
     elif handler in (signal.SIG_DFL, None):
         signal.raise_signal(signum)
+
+
+def process_running(pid: int) -> bool:
+    """True while process ``pid`` exists and is not a zombie (a pid <= 0 never runs)."""
+    if pid <= 0:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:  # no /proc (not Linux), or the process is gone
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True

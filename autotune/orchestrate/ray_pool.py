@@ -58,6 +58,7 @@ from autotune.orchestrate.pool import (
     TrialResult,
     TrialTask,
     hold_point,
+    process_running,
     run_trial,
     signals_held,
 )
@@ -496,28 +497,13 @@ def _reap(pids: list[int], timeout_s: float = 5.0) -> None:
     deadline = time.monotonic() + timeout_s
     left = list(pids)
     while left and time.monotonic() < deadline:
-        left = [p for p in left if _running(p)]
+        left = [p for p in left if process_running(p)]
         if left:
             time.sleep(0.05)
     for pid in left:
         log.warning("replica process %d outlived Ray's shutdown; killing it", pid)
         with suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
-
-
-def _running(pid: int) -> bool:
-    """True while ``pid`` exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
-    except OSError:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
 
 
 _RAY_TOKEN_LOGGER = "ray._private.authentication.authentication_token_setup"
