@@ -211,7 +211,7 @@ def fill_store(url: str, runs: int, trials_per_run: int, requests: int,
         for workload, (tid, value) in best.items():
             config = configs[0]
             store.add_recommendation(
-                workload=workload, config=config.as_dict(),
+                workload=workload, config=config,
                 speculative_config=spec.speculative_config(config),
                 serve=serve.model_dump(mode="json"), objective="goodput", value=value,
                 baseline_value=1.5, run_id=run_id, trial_id=tid, backend="sim",
