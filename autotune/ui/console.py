@@ -32,8 +32,16 @@ err = Console(stderr=True, width=None if sys.stderr.isatty() else WIDTH, highlig
 
 
 def print_json(rows: Any) -> None:
-    """JSON on stdout; records print in their one JSON form (``to_json``)."""
-    sys.stdout.write(json.dumps(rows, indent=2, default=_json_form) + "\n")
+    """JSON on stdout; records print in their one JSON form (``to_json``).
+
+    A list prints one element per line (``grep``-able, and encoded by json's C encoder: 10,000
+    trials in ~0.3 s where an indented dump takes ~1.5 s); anything else is indented.
+    """
+    if isinstance(rows, list):
+        body = ",\n".join(json.dumps(row, default=_json_form) for row in rows)
+        sys.stdout.write(f"[\n{body}\n]\n" if rows else "[]\n")
+    else:
+        sys.stdout.write(json.dumps(rows, indent=2, default=_json_form) + "\n")
 
 
 def _json_form(value: Any) -> Any:
