@@ -49,6 +49,12 @@ class StepCostLaw(Protocol):
     def target_many(self, tokens: FloatArray, kv_context: float, attn_pairs: float,
                     context: float) -> FloatArray: ...
 
+    def target_range(self, first: int, count: int, kv_context: float, attn_pairs: float,
+                     context: float) -> FloatArray:
+        """:meth:`target_many` at the batch tokens ``first``, ``first + 1``, ...,
+        ``first + count - 1`` (the candidates of adaptive verification)."""
+        ...
+
     def decode_steps(self, tokens: FloatArray | float, kv_context: FloatArray,
                      context: FloatArray, draft_s: float) -> FloatArray:
         """Seconds of pure decode steps, drafting included (one per element of ``kv_context``)."""
@@ -72,7 +78,8 @@ def _analytic_draft(cost: AnalyticDraftCost, parallel: bool, window: int, seqs: 
 class AnalyticStepCost:
     """The ``analytic`` law: independent parts summed (see the module docstring)."""
 
-    __slots__ = ("_drafter", "_experts", "_log_miss", "_per_expert", "cost")
+    __slots__ = ("_drafter", "_expert_terms", "_experts", "_log_miss", "_per_expert",
+                 "_token_terms", "cost")
     law = "analytic"
 
     def __init__(self, cost: AnalyticCost, drafter: DrafterProfile | None) -> None:
@@ -85,6 +92,8 @@ class AnalyticStepCost:
             self._experts = float(experts.routed_experts)
             self._log_miss = float(np.log1p(-experts.experts_per_token / experts.routed_experts))
             self._per_expert = experts.expert_s * experts.moe_layers
+        self._expert_terms = np.zeros(0)
+        self._token_terms = np.zeros(0)
 
     def experts_touched(self, tokens: float) -> float:
         """Distinct routed experts per MoE layer touched by ``tokens`` tokens."""
@@ -112,6 +121,27 @@ class AnalyticStepCost:
         out: FloatArray = (c.fixed_s + c.kv_token_s * kv_context + c.attn_pair_s * attn_pairs
                            + self._per_expert * touched + c.token_s * tokens)
         return out
+
+    def target_range(self, first: int, count: int, kv_context: float, attn_pairs: float,
+                     context: float = 0.0) -> FloatArray:
+        """:meth:`target_many` over consecutive token counts, from tables of its two
+        token-dependent terms (the same floating-point operations, done once per count)."""
+        end = first + count
+        if end > self._token_terms.size:
+            self._grow_terms(end)
+        c = self.cost
+        out: FloatArray = ((c.fixed_s + c.kv_token_s * kv_context + c.attn_pair_s * attn_pairs)
+                           + self._expert_terms[first:end])
+        out += self._token_terms[first:end]
+        return out
+
+    def _grow_terms(self, size: int) -> None:
+        """Tabulate the routed-expert and per-token seconds of 0 .. ``size`` - 1 (or more)
+        batch tokens, computed as :meth:`target_many` computes them."""
+        tokens = np.arange(max(size, 2 * self._token_terms.size, 1024), dtype=np.float64)
+        touched = self._experts * -np.expm1(self._log_miss * tokens)
+        self._expert_terms = self._per_expert * touched
+        self._token_terms = self.cost.token_s * tokens
 
     def decode_steps(self, tokens: FloatArray | float, kv_context: FloatArray,
                      context: FloatArray, draft_s: float) -> FloatArray:
@@ -152,6 +182,11 @@ class TableStepCost:
     def target_many(self, tokens: FloatArray, kv_context: float, attn_pairs: float,
                     context: float = 0.0) -> FloatArray:
         return self._target.seconds(tokens, context)
+
+    def target_range(self, first: int, count: int, kv_context: float, attn_pairs: float,
+                     context: float = 0.0) -> FloatArray:
+        return self.target_many(first + np.arange(count, dtype=np.float64), kv_context,
+                                attn_pairs, context)
 
     def decode_steps(self, tokens: FloatArray | float, kv_context: FloatArray,
                      context: FloatArray, draft_s: float) -> FloatArray:

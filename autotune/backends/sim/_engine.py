@@ -28,6 +28,7 @@ from collections.abc import Iterable
 import numpy as np
 import numpy.typing as npt
 
+from autotune.backends.sim._adaptive import accepted_prefix, step_verify_budget
 from autotune.backends.sim._source import Record
 from autotune.backends.sim._state import EmitObserver, EngineConfig, ReplayState
 from autotune.backends.sim._steady import advance_steady_decode
@@ -222,21 +223,10 @@ class _Replay(ReplayState):
                          pairs: float, context: float, draft: float) -> npt.NDArray[np.int64]:
         """DSpark adaptive verification: per step, the verify budget (draft tokens per request)
         that maximises expected emitted tokens per step time, from the head's confidences."""
-        batch = self.running
         n = self.cfg.window
         nd = dec.size
-        conf = 1.0 / (1.0 + np.exp(-(batch.head[dec, :n] + z[:, None])))
-        surv = np.cumprod(conf, axis=1)
-        surv[np.arange(n)[None, :] >= m_max[:, None]] = -1.0
-        flat = surv.ravel()
-        order = np.argsort(-flat, kind="stable")
-        valid = int(np.count_nonzero(flat >= 0.0))
-        gains = np.concatenate([[0.0], np.cumsum(flat[order[:valid]])])
-        base = pre_tokens + nd
-        times = self.cfg.cost.target_many(base + np.arange(valid + 1, dtype=np.float64),
-                                          kv_ctx, pairs, context) + draft
-        best = int(np.argmax((nd + gains) / times))
-        chosen = np.bincount(order[:best] // n, minlength=nd).astype(np.int64)
+        chosen = step_verify_budget(self.running.head[dec, :n], z, m_max, self.cfg.cost,
+                                    pre_tokens + nd, kv_ctx, pairs, context, draft)
         self.budget_sum += int(chosen.sum())
         self.budget_steps += nd
         return chosen
@@ -248,8 +238,7 @@ class _Replay(ReplayState):
         nd = dec.size
         if n > 0 and z is not None:
             eps = self.rand.logistic(nd * n).reshape(nd, n)
-            ok = eps < batch.true[dec, :n] + z[:, None]
-            accepted = np.minimum(np.cumprod(ok, axis=1).sum(axis=1), m)
+            accepted = np.minimum(accepted_prefix(eps, batch.true[dec, :n] + z[:, None]), m)
             drafted = m > 0
             meas = batch.measured[dec] & drafted
             if meas.any():

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from autotune.backends.sim._adaptive import accepted_prefix, block_verify_budgets
 from autotune.backends.sim._batch import FloatArray, IntArray
 from autotune.backends.sim._state import ReplayState
 
@@ -52,9 +53,9 @@ def advance_steady_decode(state: ReplayState, now: float) -> float | None:
     inside it at the recent emission rate. For each step of the horizon the acceptance of every
     request's draft is drawn as in a single step (one step shift per request, one logistic
     variate per position); with adaptive verification each step's verify budget is chosen from
-    the head's confidences (:func:`_adaptive_budgets`). The block is cut at the first step in
-    which a request finishes, the last step that starts before the next arrival (trace mode),
-    and the last step whose new KV blocks still fit.
+    the head's confidences (:func:`._adaptive.block_verify_budgets`). The block is cut at the
+    first step in which a request finishes, the last step that starts before the next arrival
+    (trace mode), and the last step whose new KV blocks still fit.
     """
     if not _batch_is_steady(state):
         return None
@@ -74,10 +75,11 @@ def advance_steady_decode(state: ReplayState, now: float) -> float | None:
     if window > 0:
         step_shift = state.rand.normal(horizon * rows).reshape(horizon, rows) * batch.sd[:rows]
         draws = state.rand.logistic(horizon * rows * window).reshape(horizon, rows, window)
-        accepted_mask = draws < batch.true[:rows, :window][None, :, :] + step_shift[:, :, None]
-        accepted = np.cumprod(accepted_mask, axis=2).sum(axis=2)
+        thresholds = batch.true[:rows, :window][None, :, :] + step_shift[:, :, None]
+        accepted = accepted_prefix(draws, thresholds)
         if cfg.adaptive:
-            budget = _adaptive_budgets(state, step_shift, draft_s)
+            budget = block_verify_budgets(batch.head[:rows, :window], step_shift, cfg.cost,
+                                          kv_start, draft_s)
             accepted = np.minimum(accepted, budget)
     else:
         accepted = np.zeros((horizon, rows), dtype=np.int64)
@@ -172,30 +174,3 @@ def _record_measured(state: ReplayState, accepted: IntArray, budget: IntArray | 
     state.itl.extend(step_end[0] - batch.last_t[:rows][measured])
     if step_s.size > 1:
         state.itl.extend(np.repeat(step_s[1:], n_measured))
-
-
-def _adaptive_budgets(state: ReplayState, step_shift: FloatArray, draft_s: float) -> IntArray:
-    """DSpark adaptive verification for a block of steady steps (rows = steps).
-
-    Per step, the head's survival probabilities of every (request, position) are ranked and
-    the verify budget keeps the prefix of that ranking that maximises expected emitted tokens
-    per step time, as the single-step rule does. The KV-read term is taken at the block's start
-    for the choice (it shifts every candidate's step time by the same small amount); the step
-    times themselves use the exact context.
-    """
-    batch = state.running
-    window = state.cfg.window
-    steps, rows = step_shift.shape
-    conf = 1.0 / (1.0 + np.exp(-(batch.head[:rows, :window][None, :, :]
-                                  + step_shift[:, :, None])))
-    survival = np.cumprod(conf, axis=2)
-    ranked = -np.sort(-survival.reshape(steps, rows * window), axis=1)
-    gains = np.zeros((steps, rows * window + 1))
-    np.cumsum(ranked, axis=1, out=gains[:, 1:])
-    kv = float(batch.kv[:rows].sum())
-    times = state.cfg.cost.target_many(rows + np.arange(rows * window + 1, dtype=np.float64),
-                                       kv, 0.0, kv / rows) + draft_s
-    best = np.argmax((rows + gains) / times[None, :], axis=1)
-    threshold = np.where(best > 0, ranked[np.arange(steps), np.maximum(best - 1, 0)], np.inf)
-    out: IntArray = (survival >= threshold[:, None, None]).sum(axis=2)
-    return out
