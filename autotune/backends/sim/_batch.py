@@ -59,6 +59,10 @@ class RunningBatch:
     ``first_t`` (first token) and ``last_t`` (last emission) times; ``sd`` the request's step
     shift sd; ``measured`` (False during warm-up); ``true`` / ``head`` the per-position true
     and head-predicted acceptance logits over the drafter's block.
+
+    The columns are views into four blocks of storage (integers, floats, the measured flags,
+    the logits), so that admitting a request and dropping finished ones (:meth:`keep`, run at
+    almost every step under load) are a few array operations instead of one per column.
     """
 
     INT = ("seq", "prompt", "out", "gen", "need", "done", "kv", "blocks", "pre")
@@ -83,49 +87,43 @@ class RunningBatch:
     def __init__(self, block: int, capacity: int = 64) -> None:
         self.block = block
         self.n = 0
-        self.capacity = 0
+        self._ints: IntArray = np.zeros((len(self.INT), 0), dtype=np.int64)
+        self._floats: FloatArray = np.zeros((len(self.FLOAT), 0))
+        self.measured = np.zeros(0, dtype=bool)
+        self._logits: FloatArray = np.zeros((0, 2 * block))  # true | head
         self._alloc(capacity)
 
-    def _columns(self) -> tuple[str, ...]:
-        return (*self.INT, *self.FLOAT, "measured", "true", "head")
+    @property
+    def capacity(self) -> int:
+        return int(self.measured.size)
 
     def _alloc(self, capacity: int) -> None:
-        n = self.n if self.capacity else 0
-        for name in self._columns():
-            if name in self.INT:
-                fresh: npt.NDArray[np.generic] = np.zeros(capacity, dtype=np.int64)
-            elif name in self.FLOAT:
-                fresh = np.zeros(capacity, dtype=np.float64)
-            elif name == "measured":
-                fresh = np.zeros(capacity, dtype=bool)
-            else:
-                fresh = np.zeros((capacity, self.block))
-            if n:
-                fresh[:n] = getattr(self, name)[:n]
-            setattr(self, name, fresh)
-        self.capacity = capacity
+        n = self.n
+        ints = np.zeros((len(self.INT), capacity), dtype=np.int64)
+        floats = np.zeros((len(self.FLOAT), capacity))
+        measured = np.zeros(capacity, dtype=bool)
+        logits = np.zeros((capacity, 2 * self.block))
+        ints[:, :n] = self._ints[:, :n]
+        floats[:, :n] = self._floats[:, :n]
+        measured[:n] = self.measured[:n]
+        logits[:n] = self._logits[:n]
+        self._ints, self._floats, self.measured, self._logits = ints, floats, measured, logits
+        for k, name in enumerate(self.INT):
+            setattr(self, name, ints[k])
+        for k, name in enumerate(self.FLOAT):
+            setattr(self, name, floats[k])
+        self.true = logits[:, : self.block]
+        self.head = logits[:, self.block:]
 
     def push(self, r: Record) -> int:
         if self.n == self.capacity:
             self._alloc(2 * self.capacity)
         i = self.n
-        self.seq[i] = r.seq
-        self.prompt[i] = r.prompt
-        self.out[i] = r.out
-        self.gen[i] = r.gen
-        self.need[i] = r.need
-        self.done[i] = 0
-        self.kv[i] = 0
-        self.blocks[i] = 0
-        self.pre[i] = r.preemptions
-        self.arrival[i] = r.arrival
-        self.first_t[i] = r.first_t
-        self.last_t[i] = r.last_t
-        self.sd[i] = r.step_sd
+        self._ints[:, i] = (r.seq, r.prompt, r.out, r.gen, r.need, 0, 0, 0, r.preemptions)
+        self._floats[:, i] = (r.arrival, r.first_t, r.last_t, r.step_sd)
         self.measured[i] = r.measured
         if self.block:
-            self.true[i] = r.true
-            self.head[i] = r.head
+            self._logits[i] = r.logits
         self.n += 1
         return i
 
@@ -136,17 +134,16 @@ class RunningBatch:
                       prompt=int(self.prompt[i]), out=int(self.out[i]), gen=gen,
                       need=int(self.prompt[i]) + gen, first_t=float(self.first_t[i]),
                       last_t=float(self.last_t[i]), preemptions=int(self.pre[i]) + 1,
-                      true=self.true[i].copy(), head=self.head[i].copy(),
-                      step_sd=float(self.sd[i]), measured=bool(self.measured[i]))
+                      logits=self._logits[i].copy(), step_sd=float(self.sd[i]),
+                      measured=bool(self.measured[i]))
 
     def keep(self, mask: npt.NDArray[np.bool_]) -> None:
         """Drop the rows where ``mask`` is False, preserving order."""
         n = self.n
-        k = int(mask.sum())
-        for name in (*self.INT, *self.FLOAT, "measured"):
-            col = getattr(self, name)
-            col[:k] = col[:n][mask]
+        k = int(np.count_nonzero(mask))
+        self._ints[:, :k] = self._ints[:, :n][:, mask]
+        self._floats[:, :k] = self._floats[:, :n][:, mask]
+        self.measured[:k] = self.measured[:n][mask]
         if self.block:
-            self.true[:k] = self.true[:n][mask]
-            self.head[:k] = self.head[:n][mask]
+            self._logits[:k] = self._logits[:n][mask]
         self.n = k

@@ -37,6 +37,9 @@ from autotune.types import AcceptanceCounts, Measurement, Progress, ReplaySchedu
 
 __all__ = ["EmitObserver", "EngineConfig", "simulate_replay"]
 
+#: Some rows of the running batch: a slice (a view) or row indices.
+Rows = slice | npt.NDArray[np.int64]
+
 
 def _total(requests: Iterable[Request]) -> int | None:
     try:
@@ -186,10 +189,13 @@ class _Replay(ReplayState):
         dec = np.flatnonzero(decoding)
         pre = np.flatnonzero(prefilling & (sched > 0))
         nd = dec.size
-        m = sched[dec] - 1 if n > 0 else np.zeros(nd, dtype=np.int64)
+        # rows are in admission order, so the decoding rows are usually the first nd: then a
+        # slice selects them (views) instead of a gather (copies)
+        d: Rows = slice(0, nd) if nd == 0 or dec[-1] == nd - 1 else dec
+        m = sched[d] - 1 if n > 0 else np.zeros(nd, dtype=np.int64)
         chunks = sched[pre]
         pre_tokens = int(chunks.sum())
-        kv_ctx = float(batch.kv[dec].sum()) if nd else 0.0
+        kv_ctx = float(batch.kv[d].sum()) if nd else 0.0
         pairs = float((chunks * (batch.done[pre] + chunks * 0.5)).sum()) if pre.size else 0.0
         # keys a batch token attends to, on average (the table law's context coordinate)
         context = (kv_ctx + pairs) / max(nd + pre_tokens, 1)
@@ -199,18 +205,19 @@ class _Replay(ReplayState):
             draft = cfg.draft_time(nd + finishing, pre_tokens, context)
         z = None
         if n > 0 and nd:
-            z = self.rand.normal(nd) * batch.sd[dec]
+            z = self.rand.normal(nd) * batch.sd[d]
             if cfg.adaptive:
-                m = self._adaptive_budget(dec, m, z, pre_tokens, kv_ctx, pairs, context, draft)
+                m = self._adaptive_budget(d, nd, m, z, pre_tokens, kv_ctx, pairs, context,
+                                          draft)
         tokens = pre_tokens + nd + int(m.sum())
         if cfg.cost.law == "table" and nd and n > 0:
-            context = (float(((1 + m) * batch.kv[dec]).sum()) + pairs) / tokens
+            context = (float(((1 + m) * batch.kv[d]).sum()) + pairs) / tokens
         dt = cfg.cost.target(tokens, kv_ctx, pairs, context) + draft
         end = now + dt
         self.batch_sum += nd
         self.step_time_sum += dt
         if nd:
-            self._decode(dec, m, z, end)
+            self._decode(d, nd, m, z, end)
         if pre.size:
             self._prefill(pre, chunks, end)
         finished = batch.gen[:rows] >= batch.out[:rows]
@@ -218,46 +225,43 @@ class _Replay(ReplayState):
             self.complete(finished, end)
         return dt
 
-    def _adaptive_budget(self, dec: npt.NDArray[np.int64], m_max: npt.NDArray[np.int64],
+    def _adaptive_budget(self, d: Rows, nd: int, m_max: npt.NDArray[np.int64],
                          z: npt.NDArray[np.float64], pre_tokens: int, kv_ctx: float,
                          pairs: float, context: float, draft: float) -> npt.NDArray[np.int64]:
         """DSpark adaptive verification: per step, the verify budget (draft tokens per request)
         that maximises expected emitted tokens per step time, from the head's confidences."""
-        n = self.cfg.window
-        nd = dec.size
-        chosen = step_verify_budget(self.running.head[dec, :n], z, m_max, self.cfg.cost,
-                                    pre_tokens + nd, kv_ctx, pairs, context, draft)
+        chosen = step_verify_budget(self.running.head[d, :self.cfg.window], z, m_max,
+                                    self.cfg.cost, pre_tokens + nd, kv_ctx, pairs, context,
+                                    draft)
         self.budget_sum += int(chosen.sum())
         self.budget_steps += nd
         return chosen
 
-    def _decode(self, dec: npt.NDArray[np.int64], m: npt.NDArray[np.int64],
+    def _decode(self, d: Rows, nd: int, m: npt.NDArray[np.int64],
                 z: npt.NDArray[np.float64] | None, end: float) -> None:
+        """The decoding rows ``d`` (``nd`` of them) verify ``m`` draft tokens each and emit."""
         batch = self.running
         n = self.cfg.window
-        nd = dec.size
+        measured = batch.measured[d]
         if n > 0 and z is not None:
             eps = self.rand.logistic(nd * n).reshape(nd, n)
-            accepted = np.minimum(accepted_prefix(eps, batch.true[dec, :n] + z[:, None]), m)
-            drafted = m > 0
-            meas = batch.measured[dec] & drafted
+            accepted = np.minimum(accepted_prefix(eps, batch.true[d, :n] + z[:, None]), m)
+            meas = measured & (m > 0)
             if meas.any():
                 idx = m[meas] * (n + 1) + accepted[meas]
                 self.hist += np.bincount(idx, minlength=self.hist.size)
         else:
             accepted = np.zeros(nd, dtype=np.int64)
-        owe = batch.out[dec] - batch.gen[dec]
-        emit = np.minimum(accepted + 1, owe)
-        batch.gen[dec] += emit
+        emit = np.minimum(accepted + 1, batch.out[d] - batch.gen[d])
+        batch.gen[d] += emit
         if self.on_emit is not None:
-            self.on_emit(batch.seq[dec], emit, end)
-        batch.kv[dec] += accepted + 1
-        meas = batch.measured[dec]
-        if meas.all():
-            self.itl.extend(end - batch.last_t[dec])
-        elif meas.any():
-            self.itl.extend(end - batch.last_t[dec[meas]])
-        batch.last_t[dec] = end
+            self.on_emit(batch.seq[d].copy(), emit, end)
+        batch.kv[d] += accepted + 1
+        if measured.all():
+            self.itl.extend(end - batch.last_t[d])
+        elif measured.any():
+            self.itl.extend(end - batch.last_t[d][measured])
+        batch.last_t[d] = end
 
     def _prefill(self, pre: npt.NDArray[np.int64], chunks: npt.NDArray[np.int64],
                  end: float) -> None:
@@ -315,12 +319,13 @@ class _Replay(ReplayState):
         }
         if self.budget_steps:
             extra["mean_verify_budget"] = self.budget_sum / self.budget_steps
+        ttft, tpot, e2e, out, ok = res.arrays()
         return Measurement(
-            ttft_s=res.ttft.array().astype(np.float64),
-            tpot_s=res.tpot.array().astype(np.float64),
-            e2e_s=res.e2e.array().astype(np.float64),
-            output_tokens=res.out.array().astype(np.int64),
-            ok=res.ok.array().astype(bool),
+            ttft_s=ttft,
+            tpot_s=tpot,
+            e2e_s=e2e,
+            output_tokens=out,
+            ok=ok,
             itl_s=self.itl.array(),
             duration_s=max(duration, 0.0),
             wall_time_s=wall,

@@ -22,6 +22,7 @@ from autotune.types import Request
 __all__ = ["CHUNK", "Incoming", "Record"]
 
 CHUNK = 1024
+_NO_LOGITS = np.zeros(0)
 
 
 @dataclass(slots=True)
@@ -37,8 +38,8 @@ class Record:
     first_t: float
     last_t: float
     preemptions: int
-    true: npt.NDArray[np.float64]
-    head: npt.NDArray[np.float64]
+    #: the true then the head-predicted acceptance logits over the drafter's block
+    logits: npt.NDArray[np.float64]
     step_sd: float
     measured: bool
 
@@ -60,9 +61,8 @@ class Incoming:
         self._seq = 0
         self._pos = 0
         self._chunk: list[Request] = []
-        self._arrival = np.empty(0)
-        self._true = np.empty((0, block))
-        self._head = np.empty((0, block))
+        self._times: list[float] = []  # the chunk's arrival times (trace mode)
+        self._logits = np.empty((0, 2 * block))
         self._step_sd = np.empty(0)
         self._last_arrival = 0.0
         self.out_of_order = 0
@@ -81,13 +81,14 @@ class Incoming:
                               count=len(chunk)) / self._scale
             clamped = np.maximum.accumulate(np.maximum(raw, self._last_arrival))
             self.out_of_order += int(np.count_nonzero(clamped > raw))
-            self._arrival = clamped
+            self._times = clamped.tolist()
             self._last_arrival = float(clamped[-1])
         if self._drafter is not None and self._head_map is not None:
             truth = build_truth(self._drafter, self._head_map, self._block,
                                 [r.workload for r in chunk], [r.acceptance for r in chunk],
                                 request_keys([r.id for r in chunk], self._seed))
-            self._true, self._head, self._step_sd = truth.true, truth.head, truth.step_sd
+            self._logits = np.concatenate([truth.true, truth.head], axis=1)
+            self._step_sd = truth.step_sd
         return True
 
     def _ready(self) -> bool:
@@ -95,9 +96,9 @@ class Incoming:
 
     def peek_time(self) -> float:
         """Arrival time of the next request (trace mode); inf when none is left."""
-        if not self._ready():
-            return math.inf
-        return float(self._arrival[self._pos])
+        if self._pos < len(self._chunk) or (not self.exhausted and self._fill()):
+            return self._times[self._pos]
+        return math.inf
 
     def pop(self, now: float) -> Record | None:
         """The next request as a waiting record, arriving at its trace time or at ``now``."""
@@ -106,16 +107,14 @@ class Incoming:
         i = self._pos
         r = self._chunk[i]
         self._pos += 1
-        arrival = float(self._arrival[i]) if self._trace else now
+        arrival = self._times[i] if self._trace else now
         seq = self._seq
         self._seq += 1
         self.seen += 1
-        if self._drafter is not None:
-            true, head, sd = self._true[i].copy(), self._head[i].copy(), float(self._step_sd[i])
+        if self._drafter is not None:  # a view: a chunk's arrays are replaced, never written
+            logits, sd = self._logits[i], float(self._step_sd[i])
         else:
-            true = head = np.zeros(0)
-            sd = 0.0
+            logits, sd = _NO_LOGITS, 0.0
         return Record(seq=seq, arrival=arrival, prompt=r.prompt_tokens, out=r.output_tokens,
                       gen=0, need=r.prompt_tokens, first_t=math.nan, last_t=math.nan,
-                      preemptions=0, true=true, head=head, step_sd=sd,
-                      measured=seq >= self._warmup)
+                      preemptions=0, logits=logits, step_sd=sd, measured=seq >= self._warmup)

@@ -83,14 +83,18 @@ class ThinnedPool:
 
 
 class RequestResults:
-    """Per-request columns of measured requests, in completion order."""
+    """Per-request columns of measured requests, in completion order.
+
+    Only what a completion knows is stored (TTFT, end to end, output tokens; failures by
+    position); TPOT and the ok flags are derived once, in :meth:`arrays`, with the same
+    arithmetic a per-completion computation would do.
+    """
 
     def __init__(self) -> None:
         self.ttft = Column(np.float64)
-        self.tpot = Column(np.float64)
         self.e2e = Column(np.float64)
         self.out = Column(np.int64)
-        self.ok = Column(np.bool_)
+        self._failed: list[int] = []
         self.first_arrival = math.inf
         self.last_finish = -math.inf
 
@@ -98,16 +102,31 @@ class RequestResults:
             out: npt.NDArray[np.int64], finish: float) -> None:
         self.ttft.extend(ttft)
         self.e2e.extend(e2e)
-        decode = e2e - ttft
-        tpot = np.where(out > 1, decode / np.maximum(out - 1, 1), 0.0)
-        self.tpot.extend(tpot)
         self.out.extend(out)
-        self.ok.extend(np.ones(out.size, dtype=bool))
-        self.last_finish = max(self.last_finish, finish)
+        if finish > self.last_finish:
+            self.last_finish = finish
 
     def fail(self, at: float) -> None:
-        for col in (self.ttft, self.tpot, self.e2e):
-            col.extend(np.array([math.nan]))
-        self.out.extend(np.array([0]))
-        self.ok.extend(np.array([False]))
+        self._failed.append(len(self.out))
+        for col in (self.ttft, self.e2e):
+            col.extend(_NAN)
+        self.out.extend(_ZERO)
         self.last_finish = max(self.last_finish, at)
+
+    def arrays(self) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64],
+                              npt.NDArray[np.float64], npt.NDArray[np.int64],
+                              npt.NDArray[np.bool_]]:
+        """TTFT, TPOT (decode time per output token after the first; 0 for one token, NaN
+        for a failed request), end to end, output tokens and ok, one entry per request."""
+        ttft = self.ttft.array().astype(np.float64)
+        e2e = self.e2e.array().astype(np.float64)
+        out = self.out.array().astype(np.int64)
+        ok = np.ones(out.size, dtype=bool)
+        ok[self._failed] = False
+        tpot = np.where(out > 1, (e2e - ttft) / np.maximum(out - 1, 1), 0.0)
+        tpot[~ok] = math.nan
+        return ttft, tpot, e2e, out, ok
+
+
+_NAN = np.array([math.nan])
+_ZERO = np.array([0], dtype=np.int64)
