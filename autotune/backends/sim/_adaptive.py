@@ -73,21 +73,22 @@ def step_verify_budget(head: FloatArray, z: FloatArray, m_max: IntArray, cost: S
     """
     nd, window = head.shape
     surv = _confidence_survival(head, z[:, None])
-    truncated = int(m_max.min()) < window
+    truncated = int(np.minimum.reduce(m_max)) < window
     if truncated:
         surv[np.arange(window)[None, :] >= m_max[:, None]] = -1.0
     ranked = np.sort(surv, axis=None)[::-1]
-    valid = int(m_max.sum()) if truncated else nd * window  # the entries not excluded
+    valid = int(np.add.reduce(m_max)) if truncated else nd * window  # the entries not excluded
     gains = np.empty(valid + 1)
     gains[0] = 0.0
-    np.cumsum(ranked[:valid], out=gains[1:])
+    ranked[:valid].cumsum(out=gains[1:])
     times = cost.target_range(base_tokens, valid + 1, kv_context, attn_pairs, context) + draft_s
-    best = int(np.argmax((nd + gains) / times))
+    best = int(((nd + gains) / times).argmax())
     if best == 0:
         return np.zeros(nd, dtype=np.int64)
     threshold = float(ranked[best - 1])
     chosen = _count_at_least(surv, threshold)
-    if int(chosen.sum()) != best:  # ties at the threshold: a stable sort keeps the first ones
+    if int(np.add.reduce(chosen)) != best:
+        # ties at the threshold: a stable sort keeps the first ones, in row-major order
         chosen = _count_at_least(surv, np.nextafter(threshold, np.inf))  # those above it
         tied = np.flatnonzero(surv.ravel() == threshold)[: best - int(chosen.sum())]
         chosen = chosen + np.bincount(tied // window, minlength=nd)
@@ -111,8 +112,8 @@ def block_verify_budgets(head: FloatArray, step_shift: FloatArray, cost: StepCos
     cells = rows * window
     ranked = np.sort(survival.reshape(steps, cells), axis=1)[:, ::-1]
     gains = np.zeros((steps, cells + 1))
-    np.cumsum(ranked, axis=1, out=gains[:, 1:])
+    ranked.cumsum(axis=1, out=gains[:, 1:])
     times = cost.target_range(rows, cells + 1, kv_context, 0.0, kv_context / rows) + draft_s
-    best = np.argmax((rows + gains) / times[None, :], axis=1)
+    best = ((rows + gains) / times[None, :]).argmax(axis=1)
     threshold = np.where(best > 0, ranked[np.arange(steps), np.maximum(best - 1, 0)], np.inf)
     return _count_at_least(survival, threshold[:, None, None])

@@ -17,6 +17,12 @@ One loop iteration is one engine step, scheduled the way vLLM's V1 scheduler doe
 Requests live in struct-of-array columns while running (:mod:`._batch`), so a step is a handful
 of numpy operations over the batch; waiting requests are small records in a deque. When the
 batch cannot change for a while, :mod:`._steady` advances many decode steps at once.
+
+A replay runs tens of thousands of steps over batches of tens to hundreds of rows, where a
+numpy call's fixed cost outweighs its arithmetic. So the per-step code (here, in
+:mod:`._steady` and :mod:`._adaptive`) calls ufunc methods and C-level array methods
+(``np.add.reduce``, ``np.logical_or.reduce``, ``a.cumsum()``, ``a.nonzero()``) instead of
+``a.sum()`` / ``a.any()`` / ``np.cumsum``, whose Python-level wrappers cost as much again.
 """
 
 from __future__ import annotations
@@ -138,11 +144,11 @@ class _Replay(ReplayState):
             remaining = need - done
             desired = np.where(remaining > 0, remaining, 1 + n)
             sched = desired
-            if int(desired.sum()) > budget:
-                cum = np.cumsum(desired)
+            if int(np.add.reduce(desired)) > budget:
+                cum = desired.cumsum()
                 sched = np.clip(budget - (cum - desired), 0, desired)
             want = np.maximum((batch.kv[:rows] + sched + (bs - 1)) // bs - batch.blocks[:rows], 0)
-            extra = int(want.sum())
+            extra = int(np.add.reduce(want))
             while extra > self.free_blocks and rows > 1:
                 rows -= 1  # preempt the most recently admitted request
                 self.free_blocks += int(batch.blocks[rows])
@@ -152,7 +158,7 @@ class _Replay(ReplayState):
                 extra -= int(want[rows])
                 batch.n = rows
                 sched, want = sched[:rows], want[:rows]
-            budget -= int(sched.sum())
+            budget -= int(np.add.reduce(sched))
             self.free_blocks -= extra
             batch.blocks[:rows] += want
         else:
@@ -186,17 +192,18 @@ class _Replay(ReplayState):
         n = cfg.window
         prefilling = batch.done[:rows] < batch.need[:rows]
         decoding = ~prefilling & (sched > 0)
-        dec = np.flatnonzero(decoding)
-        pre = np.flatnonzero(prefilling & (sched > 0))
+        dec = decoding.nonzero()[0]
+        pre = (prefilling & (sched > 0)).nonzero()[0]
         nd = dec.size
         # rows are in admission order, so the decoding rows are usually the first nd: then a
         # slice selects them (views) instead of a gather (copies)
         d: Rows = slice(0, nd) if nd == 0 or dec[-1] == nd - 1 else dec
         m = sched[d] - 1 if n > 0 else np.zeros(nd, dtype=np.int64)
         chunks = sched[pre]
-        pre_tokens = int(chunks.sum())
-        kv_ctx = float(batch.kv[d].sum()) if nd else 0.0
-        pairs = float((chunks * (batch.done[pre] + chunks * 0.5)).sum()) if pre.size else 0.0
+        pre_tokens = int(np.add.reduce(chunks))
+        kv_ctx = float(np.add.reduce(batch.kv[d])) if nd else 0.0
+        pairs = (float(np.add.reduce(chunks * (batch.done[pre] + chunks * 0.5))) if pre.size
+                 else 0.0)
         # keys a batch token attends to, on average (the table law's context coordinate)
         context = (kv_ctx + pairs) / max(nd + pre_tokens, 1)
         draft = 0.0
@@ -209,9 +216,9 @@ class _Replay(ReplayState):
             if cfg.adaptive:
                 m = self._adaptive_budget(d, nd, m, z, pre_tokens, kv_ctx, pairs, context,
                                           draft)
-        tokens = pre_tokens + nd + int(m.sum())
+        tokens = pre_tokens + nd + int(np.add.reduce(m))
         if cfg.cost.law == "table" and nd and n > 0:
-            context = (float(((1 + m) * batch.kv[d]).sum()) + pairs) / tokens
+            context = (float(np.add.reduce((1 + m) * batch.kv[d])) + pairs) / tokens
         dt = cfg.cost.target(tokens, kv_ctx, pairs, context) + draft
         end = now + dt
         self.batch_sum += nd
@@ -221,7 +228,7 @@ class _Replay(ReplayState):
         if pre.size:
             self._prefill(pre, chunks, end)
         finished = batch.gen[:rows] >= batch.out[:rows]
-        if finished.any():
+        if np.logical_or.reduce(finished):
             self.complete(finished, end)
         return dt
 
@@ -233,7 +240,7 @@ class _Replay(ReplayState):
         chosen = step_verify_budget(self.running.head[d, :self.cfg.window], z, m_max,
                                     self.cfg.cost, pre_tokens + nd, kv_ctx, pairs, context,
                                     draft)
-        self.budget_sum += int(chosen.sum())
+        self.budget_sum += int(np.add.reduce(chosen))
         self.budget_steps += nd
         return chosen
 
@@ -247,7 +254,7 @@ class _Replay(ReplayState):
             eps = self.rand.logistic(nd * n).reshape(nd, n)
             accepted = np.minimum(accepted_prefix(eps, batch.true[d, :n] + z[:, None]), m)
             meas = measured & (m > 0)
-            if meas.any():
+            if np.logical_or.reduce(meas):
                 idx = m[meas] * (n + 1) + accepted[meas]
                 self.hist += np.bincount(idx, minlength=self.hist.size)
         else:
@@ -257,9 +264,9 @@ class _Replay(ReplayState):
         if self.on_emit is not None:
             self.on_emit(batch.seq[d].copy(), emit, end)
         batch.kv[d] += accepted + 1
-        if measured.all():
+        if np.logical_and.reduce(measured):
             self.itl.extend(end - batch.last_t[d])
-        elif measured.any():
+        elif np.logical_or.reduce(measured):
             self.itl.extend(end - batch.last_t[d][measured])
         batch.last_t[d] = end
 

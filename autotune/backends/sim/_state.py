@@ -101,8 +101,8 @@ class ReplayState:
         """Retire the running rows marked ``finished`` at time ``end``: free their KV blocks
         and record the measured ones."""
         batch = self.running
-        rows = np.flatnonzero(finished)
-        self.free_blocks += int(batch.blocks[rows].sum())
+        rows = finished.nonzero()[0]
+        self.free_blocks += int(np.add.reduce(batch.blocks[rows]))
         self.finished += rows.size
         measured = rows[batch.measured[rows]]
         if measured.size:

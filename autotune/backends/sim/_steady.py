@@ -13,6 +13,7 @@ order of the random draws differs.
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 from autotune.backends.sim._adaptive import accepted_prefix, block_verify_budgets
 from autotune.backends.sim._batch import FloatArray, IntArray
@@ -38,7 +39,7 @@ def _batch_is_steady(state: ReplayState) -> bool:
     if (state.waiting and cfg.max_num_seqs > rows
             and cfg.max_num_batched_tokens > rows * tokens_per_row):
         return False
-    return not np.any(batch.done[:rows] < batch.need[:rows])
+    return not np.logical_or.reduce(batch.done[:rows] < batch.need[:rows])
 
 
 def advance_steady_decode(state: ReplayState, now: float) -> float | None:
@@ -65,9 +66,9 @@ def advance_steady_decode(state: ReplayState, now: float) -> float | None:
     window = cfg.window
     tokens_per_row = 1 + window
     owed = batch.out[:rows] - batch.gen[:rows]
-    horizon = int(int(owed.min()) / state.emit_rate * 1.25) + 2
+    horizon = int(int(np.minimum.reduce(owed)) / state.emit_rate * 1.25) + 2
     horizon = min(horizon, MAX_BLOCK_STEPS, max(2, MAX_BLOCK_CELLS // (rows * max(window, 1))))
-    kv_start = float(batch.kv[:rows].sum())
+    kv_start = float(np.add.reduce(batch.kv[:rows]))
     draft_s = cfg.draft_time(rows, 0, kv_start / rows)
 
     # acceptance of every (step, request): the accepted prefix of the drafted window
@@ -84,10 +85,10 @@ def advance_steady_decode(state: ReplayState, now: float) -> float | None:
     else:
         accepted = np.zeros((horizon, rows), dtype=np.int64)
     advanced = accepted + 1  # tokens each request moves forward per step
-    emitted_so_far = np.cumsum(advanced, axis=0)
-    finishing = (emitted_so_far >= owed).any(axis=1)
-    if finishing.any():
-        horizon = int(np.argmax(finishing)) + 1  # stop at the first step a request finishes
+    emitted_so_far = advanced.cumsum(axis=0)
+    finishing = np.logical_or.reduce(emitted_so_far >= owed, axis=1)
+    if np.logical_or.reduce(finishing):
+        horizon = int(finishing.argmax()) + 1  # stop at the first step a request finishes
         accepted, advanced = accepted[:horizon], advanced[:horizon]
         emitted_so_far = emitted_so_far[:horizon]
         if budget is not None:
@@ -99,23 +100,23 @@ def advance_steady_decode(state: ReplayState, now: float) -> float | None:
     kv_before[1:] = emitted_so_far[:-1] + batch.kv[:rows]
     bs = cfg.kv_block_size
     blocks_needed = (kv_before + (tokens_per_row + bs - 1)) // bs
-    new_blocks = np.maximum(blocks_needed - batch.blocks[:rows], 0).sum(axis=1)
-    kv_read = kv_before.sum(axis=1)
+    new_blocks = np.add.reduce(np.maximum(blocks_needed - batch.blocks[:rows], 0), axis=1)
+    kv_read = np.add.reduce(kv_before, axis=1)
     if budget is None:
         tokens: FloatArray | float = float(rows * tokens_per_row)
         context = kv_read / rows
     else:
-        tokens = (rows + budget.sum(axis=1)).astype(np.float64)
-        context = ((1 + budget) * kv_before).sum(axis=1) / tokens
+        tokens = (rows + np.add.reduce(budget, axis=1)).astype(np.float64)
+        context = np.add.reduce((1 + budget) * kv_before, axis=1) / tokens
     step_s = cfg.cost.decode_steps(tokens, kv_read, context, draft_s)
-    step_end = now + np.cumsum(step_s)
+    step_end = now + step_s.cumsum()
 
     # cut the block at the next arrival and where the KV cache runs out
     steps = horizon
     if state.schedule.mode == "trace":
         next_arrival = state.incoming.peek_time()
-        steps = min(steps, int(np.searchsorted(step_end - step_s, next_arrival, "left")))
-    steps = min(steps, int(np.searchsorted(new_blocks, state.free_blocks, "right")))
+        steps = min(steps, int((step_end - step_s).searchsorted(next_arrival, "left")))
+    steps = min(steps, int(new_blocks.searchsorted(state.free_blocks, "right")))
     if steps < 1:
         return None
     if steps < horizon:
@@ -128,12 +129,13 @@ def advance_steady_decode(state: ReplayState, now: float) -> float | None:
     # apply: tokens emitted (the last step never emits more than a request still owes)
     emit = advanced.copy()
     overshoot = emitted_so_far[steps - 1] - owed
-    if np.any(overshoot > 0):
+    if np.logical_or.reduce(overshoot > 0):
         emit[-1] -= np.maximum(overshoot, 0)
-    state.emit_rate = 0.8 * state.emit_rate + 0.2 * float(advanced.mean())
+    mean_advance = float(np.add.reduce(advanced, axis=None)) / advanced.size
+    state.emit_rate = 0.8 * state.emit_rate + 0.2 * mean_advance
     end = float(step_end[-1])
-    batch.gen[:rows] += emit.sum(axis=0)
-    batch.kv[:rows] += advanced.sum(axis=0)
+    batch.gen[:rows] += np.add.reduce(emit, axis=0)
+    batch.kv[:rows] += np.add.reduce(advanced, axis=0)
     np.maximum(batch.blocks[:rows], blocks_needed[steps - 1], out=batch.blocks[:rows])
     state.free_blocks -= int(new_blocks[steps - 1])
     state.note_kv_use()
@@ -144,9 +146,9 @@ def advance_steady_decode(state: ReplayState, now: float) -> float | None:
     batch.last_t[:rows] = end
     state.steps += steps
     state.batch_sum += steps * rows
-    state.step_time_sum += float(step_s.sum())
+    state.step_time_sum += float(np.add.reduce(step_s))
     finished = batch.gen[:rows] >= batch.out[:rows]
-    if finished.any():
+    if np.logical_or.reduce(finished):
         state.complete(finished, end)
     return end - now
 
@@ -158,19 +160,20 @@ def _record_measured(state: ReplayState, accepted: IntArray, budget: IntArray | 
     rows = batch.n
     window = state.cfg.window
     measured = batch.measured[:rows]
-    n_measured = int(measured.sum())
+    n_measured = int(np.count_nonzero(measured))
     if not n_measured:
         return
+    cols: slice | npt.NDArray[np.bool_] = slice(0, rows) if n_measured == rows else measured
     if window > 0 and budget is None:  # every step verified the whole window
-        state.hist += np.bincount((accepted[:, measured] + window * (window + 1)).ravel(),
+        state.hist += np.bincount((accepted[:, cols] + window * (window + 1)).ravel(),
                                   minlength=state.hist.size)
     elif budget is not None:
-        verified = budget[:, measured]
+        verified = budget[:, cols]
         drafted = verified > 0
-        state.hist += np.bincount((verified * (window + 1) + accepted[:, measured])[drafted],
+        state.hist += np.bincount((verified * (window + 1) + accepted[:, cols])[drafted],
                                   minlength=state.hist.size)
-        state.budget_sum += int(verified.sum())
+        state.budget_sum += int(np.add.reduce(verified, axis=None))
         state.budget_steps += verified.size
-    state.itl.extend(step_end[0] - batch.last_t[:rows][measured])
+    state.itl.extend(step_end[0] - batch.last_t[:rows][cols])
     if step_s.size > 1:
         state.itl.extend(np.repeat(step_s[1:], n_measured))
