@@ -21,6 +21,9 @@ chance to, the rate is out of reach of this replica: the result will be infeasib
 run, and what is left to find is the config with the most capacity (the fewest replicas to
 serve the rate). The search then ranks and stops on the predicted value alone, with the best
 value measured so far as the incumbent, and its reasons say so.
+When, in addition, no config measured meets the SLO at any rate tried (there is no capacity
+to rank) after :data:`NO_RATE_STOP` configs, the search stops and says the SLO is out of the
+replica's reach.
 
 :class:`Guide` holds that state for one workload; :class:`GuidedStrategy` is the ``guided``
 strategy of :mod:`autotune.search.strategy` built on it.
@@ -43,11 +46,17 @@ from autotune.search.sampler import create_tpe
 from autotune.search.strategy import Proposal, Strategy, StrategySetup
 from autotune.types import Measurement, Request, TrialConfig
 
-__all__ = ["MIN_CHANCE", "Guide", "GuideDecision", "GuidedStrategy", "create_guided",
-           "make_guide", "policy_facts"]
+__all__ = ["MIN_CHANCE", "NO_RATE_STOP", "Guide", "GuideDecision", "GuidedStrategy",
+           "create_guided", "make_guide", "policy_facts"]
 
 #: A config whose chance of meeting the SLO is below this is not run.
 MIN_CHANCE = 0.10
+
+#: When this many configs were measured, none met the SLO at any rate tried (not even the
+#: capacity search's lowest) and no unmeasured one has :data:`MIN_CHANCE`, the search stops:
+#: there is no capacity to rank, only an SLO the replica cannot meet. (One such config may be a
+#: bad baseline; the best predicted config is read once before giving up.)
+NO_RATE_STOP = 2
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +172,13 @@ class Guide:
         free = sorted((replace(p, risk=0.0) for p in unmeasured),
                       key=lambda p: (-p.value, p.config))
         best = self._best_measured(lambda o: o.feasible)
+        tried = {o.config for o in self.predictor.observations}
+        if best is None and len(tried) >= NO_RATE_STOP:
+            return self._note(None, f"the SLO is out of this replica's reach: none of the "
+                                    f"{len(tried)} configs measured meets it at any rate "
+                                    f"tried and none of the {len(unmeasured)} unmeasured has "
+                                    f"a {MIN_CHANCE:.0%} chance; loosen the SLO or change the "
+                                    f"space or hardware", None, 0.0, len(free), len(free))
         if best is None:
             return self._note(free[0].config, "best predicted" + context, None, math.inf,
                               len(free), 0)

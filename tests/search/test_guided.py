@@ -154,6 +154,26 @@ def test_a_rate_out_of_reach_searches_for_the_most_capacity() -> None:
     assert "optimistic" in d.reason and "out of reach" in d.reason
 
 
+def test_an_slo_met_at_no_rate_by_two_configs_stops_the_search() -> None:
+    # The baseline and the best predicted config both missed the SLO at every rate tried and no
+    # unmeasured config has a chance: nothing has capacity to rank, so the search stops and says
+    # why instead of spending the budget on configs that will read zero.
+    a, b, c = (TrialConfig(n, False, 64, 4096) for n in (1, 2, 3))
+    g = Guide(_hopeless({a: (5.0, 6.0), b: (8.0, 12.0), c: (2.0, 2.5)}, risk=0.99),
+              epsilon=0.0)  # type: ignore[arg-type]
+    g.predictor.observe(Observation(BASELINE, 0.0, False, meets=False))
+    assert g.propose().config == b  # one config may be a bad baseline: read the best predicted
+    g.predictor.observe(Observation(b, 0.0, False, meets=False))
+    d = g.propose()
+    assert d.config is None and d.incumbent is None
+    assert "out of this replica's reach" in d.reason and "loosen the SLO" in d.reason
+    # a config that met the SLO at some lower rate gives capacity to rank: no stop
+    g.predictor.observe(Observation(a, 3.0, True, meets=False))
+    d = g.propose()
+    assert d.incumbent == 3.0 and "out of this replica's reach" not in d.reason
+    assert d.config is None and "optimistic" in d.reason  # c's best case 2.5 cannot beat 3.0
+
+
 def test_failed_and_infeasible_trials_are_not_incumbents() -> None:
     g = guide()
     g.observe(BASELINE, None, False, None)
