@@ -88,12 +88,29 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: A simulator profile of a local spec pair names its model ``local/spec-pair-<pair>``.
+LOCAL_PAIR = "local/spec-pair-"
+
+
+def _local_pair(serve: dict[str, Any]) -> dict[str, Any]:
+    """``serve`` with a local spec pair's name replaced by the built pair's folders
+    (bench/engine_pairs.py), so the guided strategy reads the model's config.json."""
+    model = str(serve.get("model", ""))
+    if not model.startswith(LOCAL_PAIR):
+        return serve
+    import engine_pairs
+
+    pair = engine_pairs.build(model.removeprefix(LOCAL_PAIR))
+    return {**serve, "model": str(pair.target), "draft_model": str(pair.draft)}
+
+
 def bench_policy(world: World, wl: Workload, strategy: str, budget: int,
                  space: dict[str, list[Any]]) -> Any:
     """The default policy in ``world`` (its serve, hardware and sim keys) for ``wl``."""
     from autotune.policy import load_policy, policy_from_mapping
 
-    data = _merge(load_policy().model_dump(mode="json"), world.policy)
+    world_keys = {**world.policy, "serve": _local_pair(world.policy["serve"])}
+    data = _merge(load_policy().model_dump(mode="json"), world_keys)
     allowed = world.policy.get("space", {})
     data["space"] = {k: [v for v in vs if v in allowed.get(k, vs)] for k, vs in space.items()}
     data["objective"]["slo"] = {"ttft_p99_ms": wl.slo[0], "itl_p99_ms": wl.slo[1]}

@@ -28,7 +28,8 @@ REPO = Path(__file__).resolve().parents[1]
 ENGINE_ORACLE = REPO / "bench" / "engine_oracle.py"
 
 #: vLLM ``speculative_config.method`` of each simulated drafter.
-METHODS = {"dspark": "dspark", "eagle3": "eagle3", "eagle3-mla": "eagle3"}
+METHODS = {"dspark": "dspark", "eagle3": "eagle3", "eagle3-mla": "eagle3",
+           "early-exit": "draft_model"}
 
 
 @dataclass(frozen=True)

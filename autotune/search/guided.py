@@ -6,7 +6,9 @@ acceptance counters calibrate the head, its step times and p99s fit the cost mod
 1. the predictor scores every candidate config (objective with an interval, and the chance it
    meets the SLO at the rate to serve);
 2. a candidate whose chance of meeting the SLO is below :data:`MIN_CHANCE` given the evidence
-   (every measured miss lowers its neighbours' chances) is not run, nor one whose optimistic
+   (every measured miss lowers its neighbours' chances), or that is at least as slow as a
+   config that missed the SLO at every rate down to light load (:meth:`Guide.ruled_out`),
+   is not run, nor one whose optimistic
    prediction (95th percentile) cannot beat the incumbent — the best value measured at a
    config whose every reading met the SLO;
 3. among the rest, the one with the highest expected improvement over the incumbent (the best
@@ -46,11 +48,15 @@ from autotune.search.sampler import create_tpe
 from autotune.search.strategy import Proposal, Strategy, StrategySetup
 from autotune.types import Measurement, Request, TrialConfig
 
-__all__ = ["MIN_CHANCE", "NO_RATE_STOP", "Guide", "GuideDecision", "GuidedStrategy",
+__all__ = ["LIGHT_BATCH", "MIN_CHANCE", "NO_RATE_STOP", "Guide", "GuideDecision", "GuidedStrategy",
            "create_guided", "make_guide", "policy_facts"]
 
 #: A config whose chance of meeting the SLO is below this is not run.
 MIN_CHANCE = 0.10
+
+#: A replay whose mean decode batch is at most this is light load: its p99 ITL is one decode
+#: step with (almost) nothing batched beside it, its p99 TTFT one prefill.
+LIGHT_BATCH = 2.0
 
 #: When this many configs were measured, none met the SLO at any rate tried (not even the
 #: capacity search's lowest) and no unmeasured one has :data:`MIN_CHANCE`, the search stops:
@@ -132,6 +138,13 @@ class Guide:
         best = self.incumbent()
         if not unmeasured:
             return self._note(None, "every candidate is measured or running", best, 0.0, 0, 0)
+        live = [p for p in unmeasured if self.ruled_out(p.config) is None]
+        if not live:
+            return self._note(None, f"nothing left can meet the SLO (each of the "
+                                    f"{len(unmeasured)} unmeasured configs is at least as slow "
+                                    f"as one that missed it at every rate tried, down to light "
+                                    f"load)", best, 0.0, len(unmeasured), len(unmeasured))
+        unmeasured = live
         ranked = [p for p in unmeasured if 1.0 - p.risk >= MIN_CHANCE]
         hopeless = len(unmeasured) - len(ranked)
         if not ranked and best is None:
@@ -145,6 +158,39 @@ class Guide:
             return self._note(ranked[0].config, "best predicted (none measured meets the SLO "
                                                 "yet)", None, math.inf, len(ranked), hopeless)
         return self._improve(ranked, best, len(unmeasured), "")
+
+    def ruled_out(self, config: TrialConfig) -> str | None:
+        """Why ``config`` cannot meet the SLO whatever the predictor says, or None.
+
+        A config that missed the SLO at every rate the capacity search tried, down to light
+        load (:data:`LIGHT_BATCH`), missed it on its unloaded step or prefill time. At light
+        load the p99 ITL is one decode step, which grows with the window and with the prefill
+        chunk beside it (``max_num_batched_tokens``); the p99 TTFT is one prefill, which grows
+        with the window and shrinks with the chunk. The slots (``max_num_seqs``) do not bind
+        when there are more of them than the light batch; fewer only queue more (TTFT) or
+        batch less (ITL). So a config that is at least as slow on the bound that was missed
+        (same adaptive verification) misses it too.
+        """
+        slo = self.predictor.slo
+        if slo is None:
+            return None
+        for o in self.predictor.observations:
+            if not o.margin_censored or o.batch is None or o.batch > LIGHT_BATCH:
+                continue
+            a = o.config
+            if a.enable_adaptive_verification != config.enable_adaptive_verification:
+                continue
+            wider = config.num_speculative_tokens >= a.num_speculative_tokens
+            slots = config.max_num_seqs > LIGHT_BATCH or config.max_num_seqs >= a.max_num_seqs
+            if (slo.itl_p99_ms is not None and o.itl_p99_ms is not None
+                    and o.itl_p99_ms > slo.itl_p99_ms and wider and slots
+                    and config.max_num_batched_tokens >= a.max_num_batched_tokens):
+                return f"{a.short()} missed p99 ITL at every rate ({o.itl_p99_ms:.0f} ms)"
+            if (slo.ttft_p99_ms is not None and o.ttft_p99_ms is not None
+                    and o.ttft_p99_ms > slo.ttft_p99_ms and wider
+                    and config.max_num_batched_tokens <= a.max_num_batched_tokens):
+                return f"{a.short()} missed p99 TTFT at every rate ({o.ttft_p99_ms:.0f} ms)"
+        return None
 
     def _improve(self, ranked: Sequence[Prediction], best: float, unmeasured: int,
                  context: str) -> GuideDecision:

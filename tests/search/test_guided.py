@@ -14,6 +14,7 @@ from autotune.policy import Policy, policy_from_mapping
 from autotune.predict import Observation, Prediction
 from autotune.search import Searcher, open_search
 from autotune.search.guided import Guide, GuidedStrategy, make_guide
+from autotune.slo import Slo
 from autotune.types import AcceptanceCounts, Request, TrialConfig
 
 BASELINE = TrialConfig(7, False, 1024, 8192)
@@ -172,6 +173,46 @@ def test_an_slo_met_at_no_rate_by_two_configs_stops_the_search() -> None:
     d = g.propose()
     assert d.incumbent == 3.0 and "out of this replica's reach" not in d.reason
     assert d.config is None and "optimistic" in d.reason  # c's best case 2.5 cannot beat 3.0
+
+
+def _censored_miss(config: TrialConfig, batch: float, itl: float, ttft: float) -> Observation:
+    """A reading that missed the SLO at every rate tried (its slowest replay kept)."""
+    return Observation(config, 0.0, False, scale=1 / 64, batch=batch, itl_p99_ms=itl,
+                       ttft_p99_ms=ttft, margin=-4.2, margin_censored=True, meets=False)
+
+
+def test_a_miss_at_light_load_rules_out_every_config_at_least_as_slow() -> None:
+    measured = TrialConfig(3, False, 32, 8192)
+    wider = TrialConfig(5, False, 128, 8192)           # longer step, same chunk: ruled out
+    narrower = TrialConfig(1, False, 32, 8192)          # shorter step: may meet ITL
+    smaller_chunk = TrialConfig(3, False, 32, 2048)     # shorter prefill beside each step
+    one_slot = TrialConfig(5, False, 1, 8192)           # batches less than the light batch
+    adaptive = TrialConfig(5, True, 128, 8192)          # another verification rule
+    candidates = (wider, narrower, smaller_chunk, one_slot, adaptive)
+    fixed = FixedPredictor({c: (10.0, 20.0) for c in candidates})
+    fixed.slo = Slo(ttft_p99_ms=3000.0, itl_p99_ms=60.0)  # type: ignore[assignment]
+    g = Guide(fixed, epsilon=0.0)  # type: ignore[arg-type]
+    g.predictor.observe(_censored_miss(measured, batch=1.3, itl=75.0, ttft=400.0))
+    assert "ITL" in (g.ruled_out(wider) or "")
+    assert [c for c in candidates if g.ruled_out(c)] == [wider]
+    seen = {measured}
+    while (d := g.propose(exclude=seen)).config is not None:
+        assert d.config != wider
+        seen.add(d.config)
+    # the same miss under load (a big batch) says nothing about the unloaded step time
+    g2 = Guide(FixedPredictor({wider: (10.0, 20.0)}), epsilon=0.0)  # type: ignore[arg-type]
+    g2.predictor.slo = fixed.slo
+    g2.predictor.observe(_censored_miss(measured, batch=40.0, itl=75.0, ttft=400.0))
+    assert g2.ruled_out(wider) is None and g2.propose().config == wider
+    # a TTFT miss at light load rules out wider windows with smaller or equal prefill chunks
+    g3 = Guide(FixedPredictor({smaller_chunk: (10.0, 20.0), narrower: (9.0, 18.0)}),
+               epsilon=0.0)  # type: ignore[arg-type]
+    g3.predictor.slo = fixed.slo
+    g3.predictor.observe(_censored_miss(measured, batch=1.0, itl=20.0, ttft=5000.0))
+    assert "TTFT" in (g3.ruled_out(smaller_chunk) or "") and g3.ruled_out(narrower) is None
+    g3.predictor.observe(_censored_miss(narrower, batch=1.0, itl=20.0, ttft=5000.0))
+    d = g3.propose()
+    assert d.config is None and d.reason.startswith("nothing left can meet the SLO")
 
 
 def test_failed_and_infeasible_trials_are_not_incumbents() -> None:

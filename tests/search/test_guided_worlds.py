@@ -16,6 +16,7 @@ misses the SLO).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -149,3 +150,46 @@ def test_guided_pick_is_near_the_exhaustive_best_and_skips_ruled_out_configs(
     assert len(trials) <= world.policy.budget.trials
     assert wasted_on_infeasible <= 1, f"{kind}: ran {ran} (oracle-infeasible after a miss)"
     assert search.stop_reason
+
+
+def light_load_itl_ms(world: World, config: TrialConfig) -> float:
+    """p99 ITL of ``config`` with the sample replayed at 1/64 of its rate (light load)."""
+    schedule = world.policy.replay.schedule(world.requests, seed=1000, slo=world.slo)
+    replica = world.backend.start(config)
+    try:
+        m = replica.replay(replace(schedule, time_scale=1 / 64), None)
+    finally:
+        replica.stop()
+    return float(m.summary(world.slo)["itl_p99_ms"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("below", [0.2, 0.9])
+def test_an_slo_below_the_unloaded_step_time_stops_the_search_early(below: float,
+                                                                    tmp_path: Path) -> None:
+    # A p99 ITL bound below the light-load step time of the fastest config (window 1, the
+    # smallest prefill chunk): every reading misses at every rate the capacity search tries.
+    # Far below (0.2x), the predictor sees it; just below (0.9x), its chances stay above 10%
+    # for configs it has not measured, and only the evidence rules them out: once a config has
+    # missed at light load, every config at least as slow misses too. The search must stop and
+    # say so, never run a ruled-out config, and not spend the budget.
+    table = make_world("table-law", tmp_path)
+    bound = below * light_load_itl_ms(table, TrialConfig(1, False, 8, 2048))
+    policy = world_policy(LLAMA, "H100", 4, "llama-3.1-70b@4xH100-tp4-table", "eagle3",
+                          (3000.0, bound))
+    world = World(policy, table.requests)
+    search = open_search(policy, "worlds", "impossible", "sqlite:///:memory:", seed=0,
+                         requests=world.requests)
+    assert isinstance(search.strategy, GuidedStrategy)
+    guide = search.strategy.guide
+    ran: list[TrialConfig] = []
+    while (sug := search.ask()) is not None:
+        assert guide.ruled_out(sug.config) is None, f"ran {sug.config.short()}, ruled out"
+        outcome = world.read(sug.config, 2000 + ran.count(sug.config))
+        assert not outcome.feasible and outcome.summary["capacity_met_slo"] == 0.0
+        ran.append(sug.config)
+        search.tell(sug, outcome)
+    reason = search.stop_reason or ""
+    print(f"bound {bound:.1f} ms: ran {[c.short() for c in ran]}, stop: {reason}")
+    assert len(ran) <= 4, f"ran {[c.short() for c in ran]}, stop: {reason}"
+    assert "nothing left can meet the SLO" in reason or "out of this replica's reach" in reason
