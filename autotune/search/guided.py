@@ -218,7 +218,7 @@ class Guide:
         free = sorted((replace(p, risk=0.0) for p in unmeasured),
                       key=lambda p: (-p.value, p.config))
         best = self._best_measured(lambda o: o.feasible)
-        tried = {o.config for o in self.predictor.observations}
+        tried = {o.config for o in self.predictor.observations if o.margin_censored}
         if best is None and len(tried) >= NO_RATE_STOP:
             return self._note(None, f"the SLO is out of this replica's reach: none of the "
                                     f"{len(tried)} configs measured meets it at any rate "

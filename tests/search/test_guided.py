@@ -159,20 +159,22 @@ def test_an_slo_met_at_no_rate_by_two_configs_stops_the_search() -> None:
     # The baseline and the best predicted config both missed the SLO at every rate tried and no
     # unmeasured config has a chance: nothing has capacity to rank, so the search stops and says
     # why instead of spending the budget on configs that will read zero.
-    a, b, c = (TrialConfig(n, False, 64, 4096) for n in (1, 2, 3))
-    g = Guide(_hopeless({a: (5.0, 6.0), b: (8.0, 12.0), c: (2.0, 2.5)}, risk=0.99),
-              epsilon=0.0)  # type: ignore[arg-type]
-    g.predictor.observe(Observation(BASELINE, 0.0, False, meets=False))
+    a, b, c, d = (TrialConfig(n, False, 64, 4096) for n in (1, 2, 3, 4))
+    g = Guide(_hopeless({a: (5.0, 6.0), b: (8.0, 12.0), c: (2.0, 2.5), d: (1.5, 2.0)},
+                        risk=0.99), epsilon=0.0)  # type: ignore[arg-type]
+    g.predictor.observe(Observation(BASELINE, 0.0, False, margin_censored=True, meets=False))
     assert g.propose().config == b  # one config may be a bad baseline: read the best predicted
-    g.predictor.observe(Observation(b, 0.0, False, meets=False))
-    d = g.propose()
-    assert d.config is None and d.incumbent is None
-    assert "out of this replica's reach" in d.reason and "loosen the SLO" in d.reason
+    g.predictor.observe(Observation(b, None, False))  # a failed trial says nothing of the SLO
+    assert g.propose().config == a
+    g.predictor.observe(Observation(a, 0.0, False, margin_censored=True, meets=False))
+    stop = g.propose()
+    assert stop.config is None and stop.incumbent is None
+    assert "out of this replica's reach" in stop.reason and "loosen the SLO" in stop.reason
     # a config that met the SLO at some lower rate gives capacity to rank: no stop
-    g.predictor.observe(Observation(a, 3.0, True, meets=False))
-    d = g.propose()
-    assert d.incumbent == 3.0 and "out of this replica's reach" not in d.reason
-    assert d.config is None and "optimistic" in d.reason  # c's best case 2.5 cannot beat 3.0
+    g.predictor.observe(Observation(c, 3.0, True, meets=False))
+    decision = g.propose()
+    assert decision.incumbent == 3.0 and "out of this replica's reach" not in decision.reason
+    assert decision.config is None and "optimistic" in decision.reason  # d's best case is 2.0
 
 
 def _censored_miss(config: TrialConfig, batch: float, itl: float, ttft: float) -> Observation:
