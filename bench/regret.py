@@ -51,7 +51,7 @@ import statistics
 import sys
 import time
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -138,6 +138,36 @@ def sim_fingerprint() -> str:
     return h.hexdigest()[:12]
 
 
+class ReadingCache:
+    """Readings keyed by ``prefix|...``, loaded from the ``path`` JSON-lines file (if any) and
+    appended to it as they are measured (under a lock: ``--jobs`` processes append too)."""
+
+    def __init__(self, path: str | None, prefix: str) -> None:
+        self.path, self.measured = path, 0
+        self.readings: dict[str, Reading] = {}
+        if path and Path(path).exists():
+            for line in Path(path).read_text().splitlines():
+                row = json.loads(line)
+                if row["key"].startswith(prefix + "|"):
+                    self.readings[row["key"]] = Reading(row["value"], row["feasible"],
+                                                        row["constraints"], row["summary"])
+
+    def read(self, key: str, measure: Callable[[], Reading]) -> tuple[Reading, bool]:
+        """The reading of ``key``, measured (and appended) when not cached; and whether it
+        was measured now."""
+        if key in self.readings:
+            return self.readings[key], False
+        r = self.readings[key] = measure()
+        self.measured += 1
+        if self.path:
+            line = json.dumps({"key": key, "value": r.value, "feasible": r.feasible,
+                               "constraints": r.constraints, "summary": r.summary})
+            with Path(self.path).open("a") as sink:
+                fcntl.flock(sink, fcntl.LOCK_EX)
+                sink.write(line + "\n")
+        return r, True
+
+
 class Reader:
     """Capacity readings of one (world, workload), measured once per replay seed and cached."""
 
@@ -152,14 +182,11 @@ class Reader:
                                       self.policy.sim.model_dump(), 0)
         self.key = (f"{world.name}|{wl.name}|{args.requests}|{args.capacity_replays}|"
                     f"{wl.slo}|{args.fingerprint}")
-        self.cache: dict[str, Reading] = {}
-        self.measured = 0
-        if args.cache and Path(args.cache).exists():
-            for line in Path(args.cache).read_text().splitlines():
-                row = json.loads(line)
-                if row["key"].startswith(self.key + "|"):
-                    self.cache[row["key"]] = Reading(row["value"], row["feasible"],
-                                                     row["constraints"], row["summary"])
+        self.cache = ReadingCache(args.cache, self.key)
+
+    @property
+    def measured(self) -> int:
+        return self.cache.measured
 
     def search_policy(self, strategy: str, budget: int) -> Any:
         """The policy a method searches with (``strategy``, ``budget`` trials)."""
@@ -170,18 +197,8 @@ class Reader:
         return build_table(self, self.args)
 
     def read(self, config: Any, replay_seed: int) -> Reading:
-        k = f"{self.key}|{config.short()}|{replay_seed}"
-        if k not in self.cache:
-            self.cache[k] = self._measure(config, replay_seed)
-            self.measured += 1
-            if self.args.cache:
-                r = self.cache[k]
-                line = json.dumps({"key": k, "value": r.value, "feasible": r.feasible,
-                                   "constraints": r.constraints, "summary": r.summary})
-                with Path(self.args.cache).open("a") as sink:
-                    fcntl.flock(sink, fcntl.LOCK_EX)  # --jobs: other processes append too
-                    sink.write(line + "\n")
-        return self.cache[k]
+        key = f"{self.key}|{config.short()}|{replay_seed}"
+        return self.cache.read(key, lambda: self._measure(config, replay_seed))[0]
 
     def _measure(self, config: Any, replay_seed: int) -> Reading:
         from autotune.objective import score_measurement

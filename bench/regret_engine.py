@@ -23,16 +23,13 @@ SLO), the policy ``engine_oracle.policy_for(pair)``; tpe and random run on to th
 from __future__ import annotations
 
 import argparse
-import fcntl
-import json
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
 import engine_oracle
 import engine_pairs
-from regret import BUDGET, Reading, Table
+from regret import BUDGET, Reading, ReadingCache, Table
 from regret_workloads import Workload
 from worlds import World
 
@@ -60,14 +57,11 @@ class EngineReader:
         self.backend = create_backend(engine_oracle.BACKEND, self.policy.serve.spec(),
                                       engine_oracle.backend_options(), 0)
         self.key = f"{world.name}|{self.pair.digest}|{engine_oracle.WORKLOAD_TAG}"
-        self.cache: dict[str, Reading] = {}
-        self.measured = 0
-        if args.cache and Path(args.cache).exists():
-            for line in Path(args.cache).read_text().splitlines():
-                row = json.loads(line)
-                if row["key"].startswith(self.key + "|"):
-                    self.cache[row["key"]] = Reading(row["value"], row["feasible"],
-                                                     row["constraints"], row["summary"])
+        self.cache = ReadingCache(args.cache, self.key)
+
+    @property
+    def measured(self) -> int:
+        return self.cache.measured
 
     def search_policy(self, strategy: str, budget: int) -> Any:
         from autotune.policy import policy_from_mapping
@@ -118,20 +112,11 @@ class EngineReader:
         seed, k = divmod(replay_seed - FRESH_BASE, 100)
         block = FRESH_BLOCK + 10 * seed + k
         key = f"{self.key}|{config.short()}|{block}"
-        if key not in self.cache:
-            self.cache[key] = self._measure(config, block)
-            self.measured += 1
-            if self.args.cache:
-                r = self.cache[key]
-                line = json.dumps({"key": key, "value": r.value, "feasible": r.feasible,
-                                   "constraints": r.constraints, "summary": r.summary})
-                with Path(self.args.cache).open("a") as sink:
-                    fcntl.flock(sink, fcntl.LOCK_EX)
-                    sink.write(line + "\n")
-            r = self.cache[key]
+        r, new = self.cache.read(key, lambda: self._measure(config, block))
+        if new:
             print(f"    {self.world.name} {config.short()} block {block}: {r.value:.1f} "
                   f"tok/s (load {os.getloadavg()[0]:.1f})", file=sys.stderr, flush=True)
-        return self.cache[key]
+        return r
 
     def _measure(self, config: Any, block: int) -> Reading:
         from autotune.objective import score_measurement
