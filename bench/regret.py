@@ -129,12 +129,14 @@ class Reading:
 
 
 def sim_fingerprint() -> str:
-    """Hash of the simulator's code and profiles: cached readings never outlive a change."""
+    """Hash of the simulator's code and profiles and of the capacity search: cached readings
+    never outlive a change."""
     root = REPO / "autotune" / "backends" / "sim"
     h = hashlib.sha256()
     for path in sorted(root.rglob("*")):
         if path.suffix in (".py", ".yaml", ".csv", ".json") and path.is_file():
             h.update(path.read_bytes())
+    h.update((REPO / "autotune" / "orchestrate" / "capacity.py").read_bytes())
     return h.hexdigest()[:12]
 
 
