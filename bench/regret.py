@@ -52,7 +52,7 @@ import sys
 import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -65,11 +65,11 @@ from worlds import World, engine_worlds, sim_worlds
 sys.modules.setdefault("regret", sys.modules[__name__])
 
 REPO = Path(__file__).resolve().parents[1]
-SMALL_SPACE = {"num_speculative_tokens": [1, 3, 5, 7],
+SMALL_SPACE: dict[str, list[Any]] = {"num_speculative_tokens": [1, 3, 5, 7],
                "enable_adaptive_verification": [False],
                "max_num_seqs": [8, 32, 128],
                "max_num_batched_tokens": [2048, 8192]}
-FULL_SPACE = {"num_speculative_tokens": [1, 2, 3, 4, 5, 6, 7],
+FULL_SPACE: dict[str, list[Any]] = {"num_speculative_tokens": [1, 2, 3, 4, 5, 6, 7],
               "enable_adaptive_verification": [False, True],
               "max_num_seqs": [8, 32, 64, 128, 256],
               "max_num_batched_tokens": [2048, 4096, 8192, 16384]}
@@ -117,6 +117,54 @@ def bench_policy(world: World, wl: Workload, strategy: str, budget: int,
     data["budget"]["trials"] = budget
     data["search"] = {**data.get("search", {}), "strategy": strategy}
     return policy_from_mapping(data, f"bench:{world.name}:{wl.name}")
+
+
+#: The world the workloads' SLOs were written for (bench/regret_workloads.py).
+SLO_REFERENCE = "kimi-k2.6@8xH200-tp8/dspark"
+
+def unloaded_latencies(world: World, wl: Workload) -> tuple[float, float, float]:
+    """p99 TTFT, p99 ITL (ms) and mean end-to-end latency (s) of the world's baseline config
+    serving ``wl``'s requests one at a time (closed loop, one in flight): no queueing."""
+    from autotune.backends import create_backend
+    from autotune.slo import Slo
+    from autotune.types import ReplaySchedule
+
+    policy = bench_policy(world, wl, "grid", BUDGET, SMALL_SPACE)
+    backend = create_backend("sim", policy.serve.spec(), policy.sim.model_dump(), 0)
+    replica = backend.start(policy.baseline.config())
+    try:
+        m = replica.replay(ReplaySchedule(wl.requests, mode="closed", concurrency=1, seed=0))
+    finally:
+        replica.stop()
+    check = m.slo_check(Slo())
+    return check.ttft_p99_ms, check.itl_p99_ms, float(m.e2e_s[m.ok].mean())
+
+
+def dilation(world: World, wl: Workload) -> tuple[float, float, float]:
+    """How much slower than :data:`SLO_REFERENCE` the world serves ``wl`` unloaded
+    (:func:`unloaded_latencies`): p99 TTFT, p99 ITL and mean request time, each never below 1.
+
+    The workloads' SLOs and arrival rates were written for GPU serving. A world many times
+    slower (one CPU core, where a 2048-token prefill takes 33 s) is held to them in its own
+    time: the bounds scaled by the first two factors (the same tightness against its own
+    unloaded latencies) and the arrivals spread by the third (a rate its replicas can reach),
+    instead of to latencies no config meets at any rate. A world as fast keeps them as written.
+    """
+    if world.name == SLO_REFERENCE:
+        return 1.0, 1.0, 1.0
+    reference = next(w for w in sim_worlds() if w.name == SLO_REFERENCE)
+    mine, ref = unloaded_latencies(world, wl), unloaded_latencies(reference, wl)
+    return (max(1.0, mine[0] / ref[0]), max(1.0, mine[1] / ref[1]),
+            max(1.0, mine[2] / ref[2]))
+
+
+def in_world_time(world: World, wl: Workload) -> tuple[Workload, tuple[float, float, float]]:
+    """``wl`` as the world is held to it (:func:`dilation`), and the factors."""
+    d = dilation(world, wl)
+    if d == (1.0, 1.0, 1.0):
+        return wl, d
+    requests = [replace(r, arrival_s=r.arrival_s * d[2]) for r in wl.requests]
+    return replace(wl, requests=requests, slo=(wl.slo[0] * d[0], wl.slo[1] * d[1])), d
 
 
 # -- readings ---------------------------------------------------------------------------------
@@ -179,6 +227,7 @@ class Reader:
         self.world, self.wl, self.args = world, wl, args
         self.long_run = LONG_RUN  # tpe/random run on this far to find when they reach 2%
         self.grid_runs: int | None = None  # grid reads every config
+        self.wl, self.dilation = in_world_time(world, wl)
         self.policy = self.search_policy("grid", BUDGET)
         self.backend = create_backend("sim", self.policy.serve.spec(),
                                       self.policy.sim.model_dump(), 0)
@@ -346,6 +395,8 @@ def score_methods(reader: Any, seeds: int, t0: float) -> UnitResult:
     best_c, best_v = table.oracle()
     default = reader.policy.baseline.config()
     detail: dict[str, Any] = {
+        "slo": {"ttft_p99_ms": wl.slo[0], "itl_p99_ms": wl.slo[1],
+                "dilation": list(getattr(reader, "dilation", (1.0, 1.0, 1.0)))},
         "oracle": best_c.short(), "oracle_value": best_v,
         "oracle_feasible": table.mostly_feasible(best_c),
         "default_regret": table.regret(default),

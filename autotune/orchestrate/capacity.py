@@ -160,7 +160,7 @@ def replay_at_capacity(replica: Replica, schedule: ReplaySchedule, slo: Slo,
                 break
     else:
         hi = scale
-        while len(tried) < max_replays and scale / 2 >= MIN_SCALE:
+        while len(tried) < max_replays and scale > MIN_SCALE:
             kept_up = overload_ratio(tried[scale][1], base_span / scale)
             step = kept_up if kept_up < 0.5 else 0.5  # nan (unknown) compares False: halve
             scale = max(scale * step, MIN_SCALE)
