@@ -80,7 +80,7 @@ class EngineReader:
         constraints["failed_requests"] = float(summary.get("failed_requests", 0))
         value = float(summary.get(self.policy.objective.maximize) or 0.0)
         return Reading(value, all(v <= 0 for v in constraints.values()), constraints,
-                       {k: v for k, v in summary.items() if not isinstance(v, dict | list)})
+                       _scalars_and_counters(summary))
 
     def table(self) -> Table:
         """The oracle from bench/engine_oracle.py's cache (every config of the space)."""
@@ -120,6 +120,7 @@ class EngineReader:
 
     def _measure(self, config: Any, block: int) -> Reading:
         from autotune.objective import score_measurement
+        from autotune.predict import decode_stats
         from autotune.types import ReplaySchedule
 
         schedule = ReplaySchedule(engine_oracle.workload(block), mode="closed",
@@ -131,5 +132,15 @@ class EngineReader:
         finally:
             replica.stop()
         out = score_measurement(m, self.policy.objective.maximize, self.slo)
-        summary = {k: v for k, v in out.summary.items() if not isinstance(v, dict | list)}
+        summary = _scalars_and_counters(out.summary)
+        summary.update(decode_stats(m))  # as bench/regret.py's simulated reader keeps them
         return Reading(out.value, out.feasible, dict(out.constraints), summary)
+
+
+def _scalars_and_counters(summary: dict[str, Any]) -> dict[str, Any]:
+    """What a trial's search sees of a summary: its scalars and the ``/metrics`` acceptance
+    counters (``acceptance``: drafts, accepted per position), as autotune's own trials keep."""
+    out = {k: v for k, v in summary.items() if not isinstance(v, dict | list)}
+    if isinstance(summary.get("acceptance"), dict):
+        out["acceptance"] = summary["acceptance"]
+    return out
