@@ -56,8 +56,8 @@ def run_pass(traffic: Path, trials: int, replicas: int, pace: float, seed: int,
         "wall_s": wall,
         "pool_open_s": opened.get("s", 0.0),
         "trials": len(rows),
-        "failed": sum(r["state"] != "complete" for r in rows),
-        "used": sorted({str(r["replica"]) for r in rows}),
+        "failed": sum(r.state != "complete" for r in rows),
+        "used": sorted({str(r.replica) for r in rows}),
         "best": {w.workload: (w.best.value if w.best else None) for w in result.workloads},
     }
 

@@ -126,13 +126,13 @@ def leave_one_out_report(benchmarks: dict[str, Any], seeds: list[int],
                 {f"{model}/{k}": {"published": published[k], "predicted": round(p, 4),
                                   "error": round(e, 5)} for k, (p, e) in r.held_out.items()})
             results[fit]["priors"][model] = describe_priors(r.priors)
-    for fit, r in results.items():
-        errors = [abs(c["error"]) for c in r["cells"].values()]
-        fitted = [abs(e) for e in r["in_sample"].values()]
+    for fit, res in results.items():
+        errors = [abs(c["error"]) for c in res["cells"].values()]
+        fitted = [abs(e) for e in res["in_sample"].values()]
         summary = {"fit": fit, "median_error": round(float(np.median(errors)), 5),
-                   "max_error": round(max(errors), 5), "cells": r["cells"],
+                   "max_error": round(max(errors), 5), "cells": res["cells"],
                    "in_sample_median_error": round(float(np.median(fitted)), 5),
-                   "in_sample_max_error": round(max(fitted), 5), "priors": r["priors"]}
+                   "in_sample_max_error": round(max(fitted), 5), "priors": res["priors"]}
         out["loo" if fit == "shared" else f"{fit}_fit"] = summary
     out["seeds"] = seeds
     out["model"] = ("analytic batch-1 model x simulator correction" if simulate
