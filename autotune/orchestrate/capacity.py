@@ -5,7 +5,7 @@ every config then serves every request and goodput equals the arrival rate, so c
 be told apart. Following DistServe, a trial's goodput is instead measured at the highest rate
 the replica sustains: the trace is replayed on the same replica at rising (or falling) speeds
 (``time_scale``, doubling or halving), then refined between the fastest rate met and the
-slowest missed (Brent's method on the SLO margin, :func:`slo_margin`: interpolation where the
+slowest missed (Brent's method on the SLO margin, :func:`replay_margin`: interpolation where the
 p99s move smoothly with the rate, bisection where they do not), and the fastest replay that
 meets the SLO
 (:meth:`autotune.slo.Slo.check`: every request completed, p99 TTFT and p99 ITL within bounds)
@@ -31,7 +31,7 @@ from autotune.backends import Replica
 from autotune.types import Measurement, Progress, ReplaySchedule, Slo
 
 __all__ = ["MAX_SCALE", "MIN_SCALE", "RESOLUTION", "overload_ratio", "replay_at_capacity",
-           "slo_margin"]
+           "replay_margin"]
 
 MIN_SCALE = 1 / 64
 MAX_SCALE = 64.0
@@ -40,7 +40,7 @@ MAX_SCALE = 64.0
 #: within this fraction of each other.
 RESOLUTION = 0.02
 
-#: :func:`slo_margin` of a replay that missed the SLO by failed requests, not by a p99.
+#: :func:`replay_margin` of a replay that missed the SLO by failed requests, not by a p99.
 FAILED_MARGIN = math.log(2.0)
 
 
@@ -63,7 +63,7 @@ def overload_ratio(m: Measurement, arrival_span_s: float) -> float:
     return min(1.0, arrival_span_s / busy) if busy > 0 else math.nan
 
 
-def slo_margin(m: Measurement, slo: Slo) -> float:
+def replay_margin(m: Measurement, slo: Slo) -> float:
     """How far a replay is from the SLO's edge, as the log of its binding ratio (measured p99
     over bound, the largest over the bounds): <= 0 when the replay met the SLO, > 0 when it
     missed. A miss by failed requests alone reads :data:`FAILED_MARGIN`."""
@@ -92,7 +92,7 @@ def _refine(run: Callable[[float], bool], tried: dict[float, tuple[bool, Measure
     """
     from scipy.optimize import brentq
 
-    margins = {math.log(s): slo_margin(tried[s][1], slo) for s in (lo, hi)}
+    margins = {math.log(s): replay_margin(tried[s][1], slo) for s in (lo, hi)}
 
     def margin(x: float) -> float:
         if x not in margins:
@@ -100,7 +100,7 @@ def _refine(run: Callable[[float], bool], tried: dict[float, tuple[bool, Measure
                 raise _OutOfReplays
             scale = math.exp(x)
             run(scale)
-            margins[x] = slo_margin(tried[scale][1], slo)
+            margins[x] = replay_margin(tried[scale][1], slo)
         return margins[x]
 
     with contextlib.suppress(_OutOfReplays):  # the replays are spent: keep what was met
