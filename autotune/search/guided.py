@@ -4,7 +4,8 @@ The loop, per workload, after the baseline trial (which doubles as the profiling
 acceptance counters calibrate the head, its step times and p99s fit the cost model):
 
 1. the predictor scores every candidate config (objective with an interval, and the chance it
-   meets the SLO at the rate to serve);
+   meets the SLO at the rate to serve); on hardware the facts do not describe, the second run
+   is first the space's smallest window (:meth:`Guide._window_probe`);
 2. a candidate whose chance of meeting the SLO is below :data:`MIN_CHANCE` given the evidence
    (every measured miss lowers its neighbours' chances), or that is at least as slow as a
    config that missed the SLO at every rate down to light load (:meth:`Guide.ruled_out`),
@@ -97,9 +98,12 @@ def _expected_improvement(p: Prediction, incumbent: float) -> float:
 class Guide:
     """The guided-search state of one workload: a predictor plus the stop rule."""
 
-    def __init__(self, predictor: Predictor, epsilon: float) -> None:
+    def __init__(self, predictor: Predictor, epsilon: float, *,
+                 probe_windows: bool = False) -> None:
         self.predictor = predictor
         self.epsilon = epsilon
+        #: run a second window early (:meth:`_window_probe`): the hardware is not in the table
+        self.probe_windows = probe_windows
         self.decisions: list[GuideDecision] = []
 
     # -- measurements -----------------------------------------------------------------------
@@ -145,6 +149,12 @@ class Guide:
                                     f"as one that missed it at every rate tried, down to light "
                                     f"load)", best, 0.0, len(unmeasured), len(unmeasured))
         unmeasured = live
+        probe = self._window_probe(unmeasured)
+        if probe is not None:
+            return self._note(probe.config, "profiling the drafter: the hardware is not in the "
+                                            "table, so a second window (the smallest) measures "
+                                            "what a drafted position costs", best, math.inf,
+                              len(unmeasured), 0)
         ranked = [p for p in unmeasured if 1.0 - p.risk >= MIN_CHANCE]
         hopeless = len(unmeasured) - len(ranked)
         if not ranked and best is None:
@@ -158,6 +168,26 @@ class Guide:
             return self._note(ranked[0].config, "best predicted (none measured meets the SLO "
                                                 "yet)", None, math.inf, len(ranked), hopeless)
         return self._improve(ranked, best, len(unmeasured), "")
+
+    def _window_probe(self, unmeasured: Sequence[Prediction]) -> Prediction | None:
+        """On hardware the facts do not describe, the best-ranked config at the space's
+        smallest window while every run so far drafted one other window; else None.
+
+        One window cannot split a step between the target's pass (which grows with the
+        tokens verified, steeply where compute binds, as on a CPU) and the drafter's passes
+        (one per position for a sequential drafter): the fit falls back on facts written for
+        GPUs, and on a compute-bound engine it then ranks wide windows far too high. Two
+        windows at the ends of the range measure the split.
+        """
+        if not self.probe_windows:
+            return None
+        windows = {o.config.num_speculative_tokens for o in self.predictor.observations
+                   if o.value is not None}
+        smallest = min((c.num_speculative_tokens for c in self.predictor.configs), default=None)
+        if smallest is None or len(windows) != 1 or smallest in windows:
+            return None
+        at_smallest = [p for p in unmeasured if p.config.num_speculative_tokens == smallest]
+        return at_smallest[0] if at_smallest else None
 
     def ruled_out(self, config: TrialConfig) -> str | None:
         """Why ``config`` cannot meet the SLO whatever the predictor says, or None.
@@ -242,14 +272,16 @@ def make_guide(requests: Sequence[Request], configs: Iterable[TrialConfig], poli
     """A guide for one workload of a policy (its SLO, objective, replay, serve block, and the
     facts of its model, drafter and hardware: :func:`policy_facts`)."""
     replay = policy.replay
+    facts = facts if facts is not None else policy_facts(policy)
     predictor = Predictor(
         requests, configs, block=policy.serve.draft_block_size,
         objective=policy.objective.maximize, slo=policy.objective.slo.slo(),
         warmup=replay.warmup_requests, mode=replay.mode, time_scale=replay.time_scale,
         concurrency=replay.concurrency, find_capacity=replay.find_capacity,
         max_model_len=policy.serve.max_model_len,
-        facts=facts if facts is not None else policy_facts(policy))
-    return Guide(predictor, policy.search.epsilon if epsilon is None else epsilon)
+        facts=facts)
+    return Guide(predictor, policy.search.epsilon if epsilon is None else epsilon,
+                 probe_windows=not facts.hardware.known)
 
 
 def policy_facts(policy: Policy) -> Facts:

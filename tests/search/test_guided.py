@@ -305,3 +305,25 @@ def test_a_replica_the_predictor_cannot_describe_falls_back_to_tpe_and_says_why(
     warning = " ".join(r.getMessage() for r in caplog.records)
     assert "cannot describe the replica: no config.json for 'acme/unknown-model'" in warning
     assert "TPE searches instead" in warning
+
+
+@pytest.mark.parametrize("gpu, probes", [("H200", False), ("TPU-v9", True)])
+def test_on_hardware_not_in_the_table_the_second_run_is_the_smallest_window(
+        gpu: str, probes: bool) -> None:
+    # One window cannot split a step between the target's pass and the drafter's: on hardware
+    # the facts describe, the guide trusts them; on hardware they do not, the second run is the
+    # space's smallest window (the best-ranked config there), whatever the model ranks first.
+    policy = make_policy(hardware={"gpu": gpu, "count": 8})
+    g = make_guide(requests(), policy.space.configs(), policy)
+    assert g.probe_windows is probes
+    g.observe(BASELINE, 2.0, True, summary())
+    d = g.propose(exclude={BASELINE})
+    assert d.config is not None
+    at_one = [p.config for p in g.rank() if p.config.num_speculative_tokens == 1]
+    if probes:
+        assert d.config == at_one[0] and "profiling the drafter" in d.reason
+        # once two windows are measured, the model ranks again
+        g.observe(d.config, 2.1, True, summary())
+        assert "profiling" not in g.propose(exclude={BASELINE, d.config}).reason
+    else:
+        assert "profiling" not in d.reason
