@@ -5,12 +5,11 @@ every config then serves every request and goodput equals the arrival rate, so c
 be told apart. Following DistServe, a trial's goodput is instead measured at the highest rate
 the replica sustains: the trace is replayed on the same replica at rising (or falling) speeds
 (``time_scale``, doubling or halving), then refined between the fastest rate met and the
-slowest missed (Brent's method on the SLO margin, :func:`replay_margin`: interpolation where the
-p99s move smoothly with the rate, bisection where they do not), and the fastest replay that
-meets the SLO
-(:meth:`autotune.slo.Slo.check`: every request completed, p99 TTFT and p99 ITL within bounds)
-is the trial's measurement (``extra["load_scale"]`` says how fast). No server restart happens
-between replays, so on real hardware this costs replay time only.
+slowest missed (Brent's method on the SLO margin, :func:`replay_margin`: interpolation where
+the p99s move smoothly with the rate, bisection where they do not), and the fastest replay
+that meets the SLO (:meth:`autotune.slo.Slo.check`: every request completed, p99 TTFT and p99
+ITL within bounds) is the trial's measurement (``extra["load_scale"]`` says how fast). No
+server restart happens between replays, so on real hardware this costs replay time only.
 
 Going down, a replay that was overloaded says how far: it took longer to serve the requests
 than they took to arrive, and the ratio (:func:`overload_ratio`) estimates the rate the replica
