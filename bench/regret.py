@@ -65,14 +65,12 @@ from worlds import World, engine_worlds, sim_worlds
 sys.modules.setdefault("regret", sys.modules[__name__])
 
 REPO = Path(__file__).resolve().parents[1]
-SMALL_SPACE: dict[str, list[Any]] = {"num_speculative_tokens": [1, 3, 5, 7],
-               "enable_adaptive_verification": [False],
-               "max_num_seqs": [8, 32, 128],
-               "max_num_batched_tokens": [2048, 8192]}
-FULL_SPACE: dict[str, list[Any]] = {"num_speculative_tokens": [1, 2, 3, 4, 5, 6, 7],
-              "enable_adaptive_verification": [False, True],
-              "max_num_seqs": [8, 32, 64, 128, 256],
-              "max_num_batched_tokens": [2048, 4096, 8192, 16384]}
+SMALL_SPACE: dict[str, list[Any]] = {
+    "num_speculative_tokens": [1, 3, 5, 7], "enable_adaptive_verification": [False],
+    "max_num_seqs": [8, 32, 128], "max_num_batched_tokens": [2048, 8192]}
+FULL_SPACE: dict[str, list[Any]] = {
+    "num_speculative_tokens": [1, 2, 3, 4, 5, 6, 7], "enable_adaptive_verification": [False, True],
+    "max_num_seqs": [8, 32, 64, 128, 256], "max_num_batched_tokens": [2048, 4096, 8192, 16384]}
 METHODS = ("guided", "tpe", "random", "grid")
 BUDGET = 12          # the default policy's budget.trials (baseline included)
 EQUAL_BUDGET = 6     # regret_at_6
@@ -122,6 +120,7 @@ def bench_policy(world: World, wl: Workload, strategy: str, budget: int,
 #: The world the workloads' SLOs were written for (bench/regret_workloads.py).
 SLO_REFERENCE = "kimi-k2.6@8xH200-tp8/dspark"
 
+
 def unloaded_latencies(world: World, wl: Workload) -> tuple[float, float, float]:
     """p99 TTFT, p99 ITL (ms) and mean end-to-end latency (s) of the world's baseline config
     serving ``wl``'s requests one at a time (closed loop, one in flight): no queueing."""
@@ -163,7 +162,7 @@ def in_world_time(world: World, wl: Workload) -> tuple[Workload, tuple[float, fl
     d = dilation(world, wl)
     if d == (1.0, 1.0, 1.0):
         return wl, d
-    requests = [replace(r, arrival_s=r.arrival_s * d[2]) for r in wl.requests]
+    requests = [replace(r, arrival_s=(r.arrival_s or 0.0) * d[2]) for r in wl.requests]
     return replace(wl, requests=requests, slo=(wl.slo[0] * d[0], wl.slo[1] * d[1])), d
 
 
