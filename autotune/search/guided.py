@@ -256,8 +256,12 @@ class Guide:
                                     f"a {MIN_CHANCE:.0%} chance; loosen the SLO or change the "
                                     f"space or hardware", None, 0.0, len(free), len(free))
         if best is None:
-            return self._note(free[0].config, "best predicted" + context, None, math.inf,
-                              len(free), 0)
+            # no capacity to rank yet: before the SLO is called out of reach, read the config
+            # most likely to meet it (the best predicted among equals), which tests the knob
+            # the misses point at, rather than the one with the most predicted capacity
+            likeliest = min(unmeasured, key=lambda p: (p.risk, -p.value, p.config))
+            return self._note(likeliest.config, "most likely to meet the SLO" + context, None,
+                              math.inf, len(free), 0)
         return self._improve(free, best, len(free), context)
 
     def _note(self, config: TrialConfig | None, reason: str, incumbent: float | None,

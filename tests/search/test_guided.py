@@ -177,6 +177,19 @@ def test_an_slo_met_at_no_rate_by_two_configs_stops_the_search() -> None:
     assert decision.config is None and "optimistic" in decision.reason  # d's best case is 2.0
 
 
+def test_before_calling_the_slo_out_of_reach_the_config_likeliest_to_meet_it_is_read() -> None:
+    # The baseline missed at every rate; the config with the most predicted capacity (b) would
+    # miss for the same reason, the one least likely to miss (c: a smaller prefill chunk, say)
+    # is the test of whether the SLO is out of reach.
+    a, b, c = (TrialConfig(n, False, 64, 4096) for n in (1, 2, 3))
+    fixed = _hopeless({a: (5.0, 6.0), b: (8.0, 12.0), c: (2.0, 2.5)}, risk=0.99)
+    fixed.preds[c] = replace(fixed.preds[c], risk=0.93)
+    g = Guide(fixed, epsilon=0.0)  # type: ignore[arg-type]
+    g.predictor.observe(Observation(BASELINE, 0.0, False, margin_censored=True, meets=False))
+    d = g.propose()
+    assert d.config == c and "most likely to meet the SLO" in d.reason
+
+
 def _censored_miss(config: TrialConfig, batch: float, itl: float, ttft: float) -> Observation:
     """A reading that missed the SLO at every rate tried (its slowest replay kept)."""
     return Observation(config, 0.0, False, scale=1 / 64, batch=batch, itl_p99_ms=itl,
