@@ -62,7 +62,7 @@ LIGHT_BATCH = 2.0
 #: When this many configs were measured, none met the SLO at any rate tried (not even the
 #: capacity search's lowest) and no unmeasured one has :data:`MIN_CHANCE`, the search stops:
 #: there is no capacity to rank, only an SLO the replica cannot meet. (One such config may be a
-#: bad baseline; the best predicted config is read once before giving up.)
+#: bad baseline; the config most likely to meet the SLO is read once before giving up.)
 NO_RATE_STOP = 2
 
 log = logging.getLogger(__name__)

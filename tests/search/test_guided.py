@@ -163,7 +163,7 @@ def test_an_slo_met_at_no_rate_by_two_configs_stops_the_search() -> None:
     g = Guide(_hopeless({a: (5.0, 6.0), b: (8.0, 12.0), c: (2.0, 2.5), d: (1.5, 2.0)},
                         risk=0.99), epsilon=0.0)  # type: ignore[arg-type]
     g.predictor.observe(Observation(BASELINE, 0.0, False, margin_censored=True, meets=False))
-    assert g.propose().config == b  # one config may be a bad baseline: read the best predicted
+    assert g.propose().config == b  # a bad baseline? read the likeliest (all equal: best)
     g.predictor.observe(Observation(b, None, False))  # a failed trial says nothing of the SLO
     assert g.propose().config == a
     g.predictor.observe(Observation(a, 0.0, False, margin_censored=True, meets=False))
