@@ -20,7 +20,11 @@ in trace mode) and its SLO risk, with an interval. How:
    measured (:mod:`autotune.predict.replica`);
 3. what the model still gets wrong at measured configs is spread to their neighbours
    (:mod:`autotune.predict.residual`, a Gaussian process in log-objective space), which gives
-   every prediction its standard deviation.
+   every prediction its standard deviation;
+4. where no run pins a config (:func:`~autotune.predict.residual.unpinned`: no run near its
+   ``max_num_seqs`` and ``max_num_batched_tokens``), the fitted model's reading is averaged
+   with the facts' own and half their gap is added to its uncertainty: a fit made at one
+   prefill budget is an extrapolation at another.
 
 Nothing here imports a backend: the simulator's hidden truth stays inside ``backends/sim``.
 """
@@ -44,7 +48,7 @@ from autotune.acceptance import (
 from autotune.predict.facts import Facts
 from autotune.predict.observation import Observation
 from autotune.predict.replica import ReplicaOutcomes, predict_replica
-from autotune.predict.residual import GP_SCALE, fit_margin, fit_residual
+from autotune.predict.residual import GP_SCALE, fit_margin, fit_residual, unpinned
 from autotune.predict.step_cost import StepCostModel
 from autotune.predict.workload import ConfigGrid, ReplicaFactors, WorkloadModel
 from autotune.types import Request, Slo, TrialConfig
@@ -267,17 +271,34 @@ class Predictor:
         grid_all = configs + extra
         out = self.model_outcomes(grid_all)
         index = {c: i for i, c in enumerate(grid_all)}
-        fit = fit_residual(grid_all, np.log(np.maximum(out.value, 1e-12)), self.block,
-                           [(index[o.config], o.value) for o in self.measured
-                            if o.feasible and o.value and o.value > 0])
+        values = [(index[o.config], o.value) for o in self.measured
+                  if o.feasible and o.value and o.value > 0]
+        model_log = np.log(np.maximum(out.value, 1e-12))
+        model_margin = self._model_margin(out)
+        pin = unpinned(grid_all, self.block, sorted({index[o.config] for o in self.measured}))
+        spread_value = spread_margin = np.zeros(len(grid_all))
+        prior = self._prior_outcomes(grid_all)
+        if prior is not None:
+            # where no run pins a config, the fitted model and the facts' own are two
+            # equally likely readings of it (a correction fitted at one prefill budget or
+            # batch size is an extrapolation at another): predict their midpoint, with half
+            # their gap as uncertainty; a pinned config keeps the fitted reading
+            d_value = (model_log - np.log(np.maximum(prior.value, 1e-12))) / 2.0
+            d_margin = (model_margin - self._model_margin(prior)) / 2.0
+            model_log = model_log - pin * d_value
+            model_margin = model_margin - pin * d_margin
+            spread_value, spread_margin = d_value**2, d_margin**2
+        fit = fit_residual(grid_all, model_log, self.block, values)
         self.model_error = fit.model_error
-        mean, sd = fit.log_mean, fit.log_sd
-        margin = fit_margin(grid_all, self._model_margin(out), self.block,
+        margin = fit_margin(grid_all, model_margin, self.block,
                             [(index[o.config], -1.0 if o.margin is None else o.margin,
                               o.margin is None or o.margin_censored)
                              for o in self.observations
                              if o.margin is not None or o.value is None])
-        risk = 1.0 - _normal_cdf(margin.log_mean / margin.log_sd)
+        mean = fit.log_mean
+        sd = np.sqrt(fit.log_sd**2 + pin * spread_value)
+        risk = 1.0 - _normal_cdf(margin.log_mean
+                                 / np.sqrt(margin.log_sd**2 + pin * spread_margin))
         if self.too_long:
             risk = np.ones_like(risk)
         preds = {}
@@ -294,6 +315,18 @@ class Predictor:
                         "itl_p99_ms": float(out.itl_p99_ms[i]),
                         "ttft_p99_ms": float(out.ttft_p99_ms[i])})
         self._predictions = preds
+
+    def _prior_outcomes(self, configs: Sequence[TrialConfig]) -> ReplicaOutcomes | None:
+        """The replica model on the facts alone (no fitted step-cost multiplier or replica
+        factor; the objective's workload-wide bias kept): None before any fit moved them,
+        and on hardware the facts do not describe, where they are no prior to measure the
+        fit's drift from."""
+        prior_factors = ReplicaFactors(bias=self.factors.bias)
+        if (not self.facts.hardware.known or not self.measured
+                or (not any(self.cost.log_scale) and self.factors == prior_factors)):
+            return None
+        return predict_replica(self.workload, ConfigGrid.of(configs), StepCostModel(self.facts),
+                               prior_factors, self.objective)
 
     def _model_margin(self, out: ReplicaOutcomes) -> FloatArray:
         """The model's margin to the SLO at the target rate (log; the measured ones' scale):

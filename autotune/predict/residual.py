@@ -18,7 +18,7 @@ import numpy.typing as npt
 from autotune.types import TrialConfig
 
 __all__ = ["GP_NOISE", "GP_OFFSET", "GP_SCALE", "MARGIN_NOISE", "MARGIN_SCALE", "Residual",
-           "fit_margin", "fit_residual"]
+           "fit_margin", "fit_residual", "unpinned"]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -141,3 +141,31 @@ def fit_margin(configs: Sequence[TrialConfig], model_margin: FloatArray, block: 
     top = MARGIN_OFFSET**2 + scale**2
     var = np.maximum(top - (k_sx * v.T).sum(axis=1), 1e-6) + MARGIN_NOISE**2
     return Residual(model_margin + k_sx @ alpha, np.sqrt(var), scale)
+
+
+#: How much of a measured config's own uncertainty its reading leaves (variance ratio).
+_PIN_NOISE = 0.01
+
+
+def unpinned(configs: Sequence[TrialConfig], block: int, measured: Sequence[int]) -> FloatArray:
+    """For every config, the share of its prior variance the runs at ``measured`` (indices
+    into ``configs``) leave unexplained, along the batching knobs: 1 far from every run's
+    ``max_num_seqs`` and ``max_num_batched_tokens``, 0 at a measured config (its reading pins
+    it).
+
+    The posterior variance ratio of a unit squared-exponential process on the residual GP's
+    batching features and lengthscales, without the workload-wide offset (any run pins a
+    shared offset; it says nothing of how far a config lies from the evidence). The window is
+    left out: what it changes is acceptance, which every run's counters calibrate.
+    """
+    if not measured:
+        return np.ones(len(configs))
+    feats = _features(configs, block)[:, 2:]
+    x = feats[list(measured)]
+    lengths = _LENGTHS[2:]
+    k_xx = _kernel(x, x, 1.0, 0.0, lengths) + _PIN_NOISE * np.eye(len(x))
+    k_sx = _kernel(feats, x, 1.0, 0.0, lengths)
+    explained = (k_sx * np.linalg.solve(k_xx, k_sx.T).T).sum(axis=1)
+    out: FloatArray = np.clip(1.0 - explained, 0.0, 1.0)
+    out[list(measured)] = 0.0
+    return out

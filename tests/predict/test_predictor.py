@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from autotune.predict import Observation, Predictor, StepCostModel, decode_stats
+from autotune.predict import Observation, Prediction, Predictor, StepCostModel, decode_stats
 from autotune.predict.facts import kimi_h200_facts
 from autotune.types import AcceptanceCounts, Measurement, Request, Slo, TrialConfig
 
@@ -250,3 +250,50 @@ def test_without_predictions_the_measured_counters_are_the_acceptance_model() ->
     for c in configs:
         n = c.num_speculative_tokens
         assert preds[c].detail["tokens_per_step"] == pytest.approx(1 + sum(surv[:n]), rel=0.02)
+
+
+def _run_off_by(k: float) -> tuple[Predictor, dict[TrialConfig, Prediction]]:
+    """A predictor after one run read ``k`` times slower than the facts predict (step time,
+    p99s; the objective k times lower), and its predictions before that run."""
+    configs = [TrialConfig(n, False, s, t) for n in (1, 3) for s in (8, 64)
+               for t in (2048, 8192)]
+    p = predictor(requests(prompt=3000, out=40), configs)
+    before = p.predict()
+    at = TrialConfig(3, False, 64, 8192)
+    b = before[at]
+    p.observe(Observation(at, b.value / k, True, scale=b.detail["scale"],
+                          step_s=k * b.detail["step_ms"] / 1000.0, batch=b.detail["batch"],
+                          itl_p99_ms=k * b.detail["itl_p99_ms"],
+                          ttft_p99_ms=k * b.detail["ttft_p99_ms"]))
+    return p, before
+
+
+def test_a_fit_far_from_the_facts_is_uncertain_where_no_run_pins_it() -> None:
+    """A run 3x slower than the facts predict moves the fitted step cost and factors. Where
+    the run pins a config (same batching, another window) the fitted reading is trusted and
+    the interval narrows; at a prefill budget no run measured, the fitted and the facts'
+    readings are both kept: the interval ends wider than before any run, which the Gaussian
+    process on residuals alone can never do. A run that agrees with the facts narrows it."""
+    p, before = _run_off_by(3.0)
+    after = p.predict()
+    assert any(p.cost.log_scale)
+    near = TrialConfig(1, False, 64, 8192)
+    far = TrialConfig(1, False, 64, 2048)
+    assert after[near].log_sd < before[near].log_sd
+    assert after[far].log_sd > 2 * before[far].log_sd
+    agreeing, before = _run_off_by(1.0)
+    assert agreeing.predict()[far].log_sd < before[far].log_sd
+
+
+def test_unpinned_is_zero_at_a_run_and_grows_with_distance_in_batching() -> None:
+    from autotune.predict.residual import unpinned
+
+    configs = [TrialConfig(3, False, 64, 8192), TrialConfig(7, False, 64, 8192),
+               TrialConfig(3, False, 32, 8192), TrialConfig(3, False, 64, 4096),
+               TrialConfig(3, False, 64, 2048), TrialConfig(3, False, 8, 2048)]
+    share = unpinned(configs, 8, [0])
+    assert share[0] == 0.0
+    assert share[1] < 0.05                      # another window, same batching
+    assert 0.0 < share[2] < share[4] < share[5] <= 1.0
+    assert share[3] < share[4]
+    assert (unpinned(configs, 8, []) == 1.0).all()

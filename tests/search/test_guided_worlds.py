@@ -201,12 +201,13 @@ def test_guided_pick_is_near_the_exhaustive_best_and_skips_ruled_out_configs(
     assert search.stop_reason
 
 
-def light_load_itl_ms(world: World, config: TrialConfig) -> float:
-    """p99 ITL of ``config`` with the sample replayed at 1/64 of its rate (light load)."""
+def light_load_itl_ms(world: World, config: TrialConfig, scale: float = 1 / 64) -> float:
+    """p99 ITL of ``config`` with the sample replayed at ``scale`` × its rate (default 1/64:
+    light load)."""
     schedule = world.policy.replay.schedule(world.requests, seed=1000, slo=world.slo)
     replica = world.backend.start(config)
     try:
-        m = replica.replay(replace(schedule, time_scale=1 / 64), None)
+        m = replica.replay(replace(schedule, time_scale=scale), None)
     finally:
         replica.stop()
     return float(m.summary(world.slo)["itl_p99_ms"])
@@ -242,3 +243,57 @@ def test_an_slo_below_the_unloaded_step_time_stops_the_search_early(below: float
     print(f"bound {bound:.1f} ms: ran {[c.short() for c in ran]}, stop: {reason}")
     assert len(ran) <= 4, f"ran {[c.short() for c in ran]}, stop: {reason}"
     assert "nothing left can meet the SLO" in reason or "out of this replica's reach" in reason
+
+
+def long_prompt_requests(profile: str, drafter: str, rate: float) -> list[Request]:
+    """Code-completion traffic: prompts of 1,000 to 7,500 tokens, answers of 8 to 48."""
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    prompts = np.exp(rng.uniform(np.log(1000), np.log(7500), REQUESTS)).astype(int).tolist()
+    outputs = rng.integers(8, 48, REQUESTS).tolist()
+    return list(generate_requests(REQUESTS, workload="code", seed=0, profile=profile,
+                                  drafter=drafter, rate=rate, prompt_tokens=prompts,
+                                  output_tokens=outputs))
+
+
+@pytest.mark.slow
+def test_a_prefill_budget_no_run_measured_is_not_written_off_on_a_fit_made_at_another(
+        tmp_path: Path) -> None:
+    # Long prompts, short answers, far more of them than one replica serves (the rate is out
+    # of reach), on Kimi with a sequential EAGLE-3 drafter: the baseline's 8192-token prefill
+    # chunk stalls decoding past the p99 ITL bound at that rate, a 2048-token chunk does not
+    # (the bound is 1.2x the 2048-token config's p99 ITL there). The first runs share the
+    # baseline's budget; what the fit then says of 2048-token chunks is extrapolation. The
+    # search must read one before it stops, and its pick must be near the exhaustive best.
+    profile, drafter, serve, hw = "kimi-k2.6@8xH200-tp8", "eagle3-mla", KIMI, ("H200", 8)
+    requests = long_prompt_requests(profile, drafter, rate=20.0)
+    probe = World(world_policy(serve, *hw, profile, drafter, (1e9, 1e9)), requests)
+    small = light_load_itl_ms(probe, TrialConfig(1, False, 8, 2048), 1.0)
+    large = light_load_itl_ms(probe, TrialConfig(1, False, 8, 8192), 1.0)
+    assert large > 1.3 * small, f"8192-token chunks stall {large:.0f} ms vs {small:.0f} ms"
+    world = World(world_policy(serve, *hw, profile, drafter,
+                               (2000.0, 1.2 * small)), requests)
+    configs = [world.policy.baseline.config(), *world.policy.space.configs()]
+    oracle = {c: world.read(c, 1000) for c in configs}
+    feasible = [c for c in configs if oracle[c].feasible]
+    best = max(feasible or configs, key=lambda c: oracle[c].value)
+    print({c.short(): round(oracle[c].value, 3) for c in configs})
+    assert best.max_num_batched_tokens == 2048, f"the best is {best.short()}"
+
+    search = open_search(world.policy, "worlds", "long-prompts", "sqlite:///:memory:", seed=0,
+                         requests=world.requests)
+    assert isinstance(search.strategy, GuidedStrategy)
+    trials: list[tuple[TrialConfig, Outcome]] = []
+    while (sug := search.ask()) is not None:
+        outcome = world.read(sug.config, 2000 + sum(1 for c, _ in trials if c == sug.config))
+        trials.append((sug.config, outcome))
+        search.tell(sug, outcome)
+    ran = [c.short() for c, _ in trials]
+    chosen = select_best([Scored(i, c, o) for i, (c, o) in enumerate(trials)])
+    assert chosen is not None and chosen.config in feasible, (
+        f"ran {ran}, stop: {search.stop_reason}")
+    regret = 1.0 - oracle[chosen.config].value / oracle[best].value
+    assert regret <= MAX_REGRET, (
+        f"guided picked {chosen.config.short()}, {regret:.1%} below {best.short()}; ran {ran}, "
+        f"stop: {search.stop_reason}")
