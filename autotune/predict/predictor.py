@@ -22,7 +22,7 @@ in trace mode) and its SLO risk, with an interval. How:
    (:mod:`autotune.predict.residual`, a Gaussian process in log-objective space), which gives
    every prediction its standard deviation;
 4. where no run pins a config (:func:`~autotune.predict.residual.unpinned`: no run near its
-   ``max_num_seqs`` and ``max_num_batched_tokens``), the fitted model's reading is averaged
+   ``max_num_batched_tokens``), the fitted model's reading is averaged
    with the facts' own and half their gap is added to its uncertainty: a fit made at one
    prefill budget is an extrapolation at another.
 
@@ -280,8 +280,8 @@ class Predictor:
         prior = self._prior_outcomes(grid_all)
         if prior is not None:
             # where no run pins a config, the fitted model and the facts' own are two
-            # equally likely readings of it (a correction fitted at one prefill budget or
-            # batch size is an extrapolation at another): predict their midpoint, with half
+            # equally likely readings of it (a correction fitted at one prefill budget is an
+            # extrapolation at another): predict their midpoint, with half
             # their gap as uncertainty; a pinned config keeps the fitted reading
             d_value = (model_log - np.log(np.maximum(prior.value, 1e-12))) / 2.0
             d_margin = (model_margin - self._model_margin(prior)) / 2.0

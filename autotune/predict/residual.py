@@ -149,20 +149,21 @@ _PIN_NOISE = 0.01
 
 def unpinned(configs: Sequence[TrialConfig], block: int, measured: Sequence[int]) -> FloatArray:
     """For every config, the share of its prior variance the runs at ``measured`` (indices
-    into ``configs``) leave unexplained, along the batching knobs: 1 far from every run's
-    ``max_num_seqs`` and ``max_num_batched_tokens``, 0 at a measured config (its reading pins
-    it).
+    into ``configs``) leave unexplained along the prefill budget: 1 far from every run's
+    ``max_num_batched_tokens``, 0 at a measured config (its reading pins it).
 
-    The posterior variance ratio of a unit squared-exponential process on the residual GP's
-    batching features and lengthscales, without the workload-wide offset (any run pins a
-    shared offset; it says nothing of how far a config lies from the evidence). The window is
-    left out: what it changes is acceptance, which every run's counters calibrate.
+    The posterior variance ratio of a unit squared-exponential process on log2
+    ``max_num_batched_tokens`` with the residual GP's lengthscale. The budget is the knob a fit
+    does not carry over: it decides which tail binds (a prefill chunk's stall on p99 ITL, the
+    prefill queue on p99 TTFT), which runs at one budget cannot tell apart. The fit carries
+    the others: the window through the acceptance counters every run calibrates, the slots
+    through the fitted slot wait.
     """
     if not measured:
         return np.ones(len(configs))
-    feats = _features(configs, block)[:, 2:]
+    feats = _features(configs, block)[:, 3:]
     x = feats[list(measured)]
-    lengths = _LENGTHS[2:]
+    lengths = _LENGTHS[3:]
     k_xx = _kernel(x, x, 1.0, 0.0, lengths) + _PIN_NOISE * np.eye(len(x))
     k_sx = _kernel(feats, x, 1.0, 0.0, lengths)
     explained = (k_sx * np.linalg.solve(k_xx, k_sx.T).T).sum(axis=1)

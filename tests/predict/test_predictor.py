@@ -285,15 +285,16 @@ def test_a_fit_far_from_the_facts_is_uncertain_where_no_run_pins_it() -> None:
     assert agreeing.predict()[far].log_sd < before[far].log_sd
 
 
-def test_unpinned_is_zero_at_a_run_and_grows_with_distance_in_batching() -> None:
+def test_unpinned_is_zero_at_a_run_and_grows_with_distance_in_prefill_budget() -> None:
     from autotune.predict.residual import unpinned
 
-    configs = [TrialConfig(3, False, 64, 8192), TrialConfig(7, False, 64, 8192),
-               TrialConfig(3, False, 32, 8192), TrialConfig(3, False, 64, 4096),
-               TrialConfig(3, False, 64, 2048), TrialConfig(3, False, 8, 2048)]
+    configs = [TrialConfig(3, False, 64, 8192), TrialConfig(7, True, 8, 8192),
+               TrialConfig(3, False, 64, 4096), TrialConfig(3, False, 64, 2048),
+               TrialConfig(3, False, 64, 16384)]
     share = unpinned(configs, 8, [0])
     assert share[0] == 0.0
-    assert share[1] < 0.05                      # another window, same batching
-    assert 0.0 < share[2] < share[4] < share[5] <= 1.0
-    assert share[3] < share[4]
+    assert share[1] < 0.05                      # another window and slot count, same budget
+    assert 0.0 < share[2] < share[3] <= 1.0
+    assert share[4] == pytest.approx(share[2])  # one doubling either way
     assert (unpinned(configs, 8, []) == 1.0).all()
+    assert unpinned(configs, 8, [0, 3])[2] < share[2]  # runs on both sides pin the middle
