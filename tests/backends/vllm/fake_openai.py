@@ -70,6 +70,7 @@ class _Script(BaseHTTPRequestHandler):
             srv.arrivals.append((time.perf_counter(), body))
             srv.in_flight += 1
             srv.max_in_flight = max(srv.max_in_flight, srv.in_flight)
+            srv.in_flight_at_arrival.append(srv.in_flight)
         try:
             self._answer(body)
         finally:
@@ -115,6 +116,7 @@ class FakeServer(ThreadingHTTPServer):
         self.arrivals: list[tuple[float, dict[str, Any]]] = []
         self.in_flight = 0
         self.max_in_flight = 0
+        self.in_flight_at_arrival: list[int] = []
         self.drafts = 0
         self.accepted = accepted
 
