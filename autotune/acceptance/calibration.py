@@ -182,6 +182,44 @@ def ece(model: AcceptanceModel, observations: Sequence[CountsObservation],
 
 
 # -- temperature --------------------------------------------------------------------------------
+def _position_loss(base: FloatArray, need: FloatArray, log_t: FloatArray, k: int,
+                   terms: Sequence[tuple[int, float, float]]) -> Callable[[float], float]:
+    """The temperature fit's loss at position ``k`` as a function of its log temperature, the
+    others held at ``log_t``: Σ exposure · (logit predicted - logit measured)² over the runs
+    (``terms``: window, exposure at k, measured logit at k).
+
+    What :meth:`AcceptanceModel.draft_conditional` reads at position k, in closed form in the
+    new column c_k: with P the survival up to k-1 and Q_j = c_(k+1)·…·c_j, a request's
+    expected tokens at window n are 1 + ΣP + P_(k-1)·c_k·Σ_(j<n) Q_j, its steps
+    (O - 1) / that, and the step-weighted conditional at k is Σ steps·P_(k-1)·c_k /
+    Σ steps·P_(k-1). Only c_k changes inside the loop, so nothing else is recomputed.
+    """
+    cond = _sigmoid(base / np.exp(log_t)[None, :])
+    prefix = np.cumprod(cond[:, :k], axis=1)
+    before = prefix.sum(axis=1)
+    p_prev = prefix[:, -1] if k > 0 else np.ones(base.shape[0])
+    after = np.cumsum(np.concatenate([np.ones((base.shape[0], 1)),
+                                      np.cumprod(cond[:, k + 1:], axis=1)], axis=1), axis=1)
+    windows = sorted({n for n, _, _ in terms})
+    tails = {n: after[:, n - 1 - k] for n in windows}
+    column = base[:, k]
+
+    def loss(x: float) -> float:
+        c_k = _sigmoid(column / math.exp(x))
+        lead = p_prev * c_k
+        total = 0.0
+        for n, w, target in terms:
+            steps = need / (1.0 + before + lead * tails[n])
+            den = float((steps * p_prev).sum())
+            pred = float((steps * lead).sum()) / den if den > 0 else 0.0
+            q = min(max(pred, _CLIP), 1.0 - _CLIP)
+            diff = math.log(q / (1.0 - q)) - target
+            total += w * diff * diff
+        return total
+
+    return loss
+
+
 def _fit_temperature(model: AcceptanceModel, obs: Sequence[CountsObservation],
                      masks: Sequence[FloatArray]) -> HeadCalibration:
     """Per-position temperatures; positions without data interpolate their neighbours."""
@@ -199,31 +237,18 @@ def _fit_temperature(model: AcceptanceModel, obs: Sequence[CountsObservation],
         if idx.size:
             log_t[:] = np.interp(np.arange(block), idx, log_t[idx])
 
-    def calibrated(lt: FloatArray) -> AcceptanceModel:
-        return model.with_conditional(_sigmoid(_logit(model.conditional) / np.exp(lt)[None, :]))
+    base = _logit(model.conditional)
+    need = np.maximum(model.output_tokens - 1.0, 1.0)
 
     for _ in range(_PASSES):
         for k in range(top):
             if not has[k]:
                 continue
-
-            def loss(x: float, k: int = k) -> float:
-                lt = log_t.copy()
-                lt[k] = x
-                cal = calibrated(lt)
-                total = 0.0
-                for o, m in zip(obs, masks, strict=True):
-                    if k >= o.window:
-                        continue
-                    w = o.exposure[k] * m[k]
-                    if w <= 0:
-                        continue
-                    pred = cal.draft_conditional(o.window)[k]
-                    diff = _logit(np.array([pred]))[0] - _logit(np.array([o.rates[k]]))[0]
-                    total += w * diff * diff
-                return total
-
-            log_t[k] = float(minimize_scalar(loss, bounds=_LOG_T, method="bounded",
+            terms = [(o.window, o.exposure[k] * m[k], _logit(np.array([o.rates[k]]))[0])
+                     for o, m in zip(obs, masks, strict=True) if k < o.window]
+            terms = [(n, w, target) for n, w, target in terms if w > 0]
+            log_t[k] = float(minimize_scalar(_position_loss(base, need, log_t, k, terms),
+                                             bounds=_LOG_T, method="bounded",
                                              options={"xatol": 1e-4}).x)
         fill()
     last = int(np.flatnonzero(has)[-1]) if has.any() else -1

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import numpy as np
 import numpy.typing as npt
@@ -55,7 +56,10 @@ class StepCostModel:
         widen = 1.0 if self.facts.hardware.known else UNKNOWN_HARDWARE_SD
         return np.asarray([PRIOR_SD[p] * widen for p in COST_PARTS])
 
-    def _coef(self) -> tuple[float, ...]:
+    @cached_property
+    def _coefficients(self) -> tuple[float, ...]:
+        """Seconds per unit of each part, multipliers applied (computed once per model: the
+        replica model evaluates a step tens of thousands of times per prediction)."""
         c = self.facts.coefficients()
         s = [math.exp(x) for x in self.log_scale]
         f = self.facts
@@ -82,7 +86,7 @@ class StepCostModel:
 
         A parallel drafter runs one forward over the window; a sequential one runs ``window``
         forwards, each over every decoding sequence."""
-        fixed, expert, token, kv, pair, dfix, dtok = self._coef()
+        fixed, expert, token, kv, pair, dfix, dtok = self._coefficients
         drafting = np.where(window > 0, 1.0, 0.0)
         if self.facts.drafter.parallel:
             draft = drafting * (dfix + dtok * (decoding * window + prefill))
@@ -95,7 +99,7 @@ class StepCostModel:
     def marginal(self, tokens: FloatArray) -> FloatArray:
         """d(step time)/d(tokens): the cost of verifying one more token at this size."""
         f = self.facts
-        _, expert, token, *_ = self._coef()
+        _, expert, token, *_ = self._coefficients
         if not f.routed_experts:
             return np.full_like(np.asarray(tokens, dtype=np.float64), token)
         r = float(f.routed_experts)

@@ -55,11 +55,14 @@ def _clock(tau: FloatArray, rate: FloatArray) -> FloatArray:
 
 def _erlang_ratio(offered: FloatArray, servers: FloatArray) -> FloatArray:
     """P(wait) of M/M/c (Erlang C) over the utilisation: 1 for one server or saturation."""
-    from scipy.stats import poisson
+    from scipy.special import gammaln, pdtr, xlogy
 
     rho = offered / servers
     c = np.maximum(np.round(servers), 1.0)
-    erlang_b = poisson.pmf(c, offered) / np.maximum(poisson.cdf(c, offered), 1e-300)
+    # Erlang B = Poisson pmf(c) / cdf(c) at the offered load (scipy.stats.poisson's own
+    # formulas, called directly: the distribution object's overhead is most of the cost here)
+    pmf = np.exp(xlogy(c, offered) - gammaln(c + 1.0) - offered)
+    erlang_b = pmf / np.maximum(pdtr(c, offered), 1e-300)
     erlang_c = erlang_b / np.maximum(1.0 - rho * (1.0 - erlang_b), 1e-12)
     out: FloatArray = np.where(rho < 1.0, np.clip(erlang_c / np.maximum(rho, 1e-12), 0.0, 1.0),
                                1.0)
