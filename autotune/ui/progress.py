@@ -82,6 +82,7 @@ class RichReporter(Reporter):
         if task is not None:
             self.progress.advance(task)
         tag = ("baseline " if s.is_baseline else "active, re-measured " if s.is_incumbent
+               else f"read again ({s.why}) " if s.is_repeat and s.why
                else "read again " if s.is_repeat else "")
         head = f"  {workload} #{s.number} {tag}{s.config.short()}: "
         if outcome is None:

@@ -59,6 +59,37 @@ def test_the_last_trial_of_the_budget_confirms_the_winner(tmp_path: Path) -> Non
     assert s.stop_reason == "budget of 3 trials spent"
 
 
+def test_a_close_race_is_read_again_and_the_new_leader_too(tmp_path: Path) -> None:
+    # every config meets the SLO by far (the baseline, outside the space, reads 0.5); (1, 16)
+    # leads (3, 16) by 1% on one reading each, and its second reading puts it 3% behind: then
+    # (3, 16) leads by less than 5% on one reading
+    first = {(1, 16): 3.03, (3, 16): 3.0, (1, 4): 1.0, (3, 4): 1.2}
+    second = {(1, 16): 2.79, (3, 16): 3.02}
+    s = open_search(policy(8), "r", "w", f"sqlite:///{tmp_path}/s.db")  # type: ignore[arg-type]
+    seen = []
+    while (sug := s.ask()) is not None:
+        key = (sug.config.num_speculative_tokens, sug.config.max_num_seqs)
+        seen.append(sug)
+        s.tell(sug, reading(30.0, (second if sug.is_repeat else first).get(key, 0.5)))
+    repeats = [(r.config.num_speculative_tokens, r.config.max_num_seqs) for r in seen
+               if r.is_repeat]
+    assert repeats == [(1, 16), (3, 16)]
+    assert all("close race" in r.why for r in seen if r.is_repeat)
+    assert "1.0% ahead of n=3" in next(r.why for r in seen if r.is_repeat)
+    assert len(seen) == 7 and s.stop_reason  # baseline + 4 configs + 2 repeats, within 8
+
+
+def test_a_clear_winner_is_not_read_again(tmp_path: Path) -> None:
+    value = {(1, 16): 3.2, (3, 16): 3.0, (1, 4): 1.0, (3, 4): 1.2}  # 6.3% ahead
+    s = open_search(policy(8), "r", "w", f"sqlite:///{tmp_path}/s.db")  # type: ignore[arg-type]
+    seen = []
+    while (sug := s.ask()) is not None:
+        seen.append(sug)
+        s.tell(sug, reading(30.0, value.get((sug.config.num_speculative_tokens,
+                                             sug.config.max_num_seqs), 0.5)))
+    assert not any(r.is_repeat for r in seen) and len(seen) == 5
+
+
 def test_a_config_meets_the_slo_only_if_every_reading_does() -> None:
     config = TrialConfig(1, False, 16, 4096)
     other = TrialConfig(3, False, 4, 4096)
