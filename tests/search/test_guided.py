@@ -257,11 +257,15 @@ def test_searcher_asks_the_guide_after_the_baseline_and_stops_with_it(tmp_path: 
     seen = drive(s, lambda c: predicted.get(c, 1.0))
     assert seen[0] == (BASELINE, True)
     configs = [c for c, _ in seen]
-    assert len(set(configs)) == len(configs)
+    first = list(dict.fromkeys(configs))
+    # a config runs twice only as the searcher's repeat of a close race (values are the
+    # predictions, some a few per cent apart), never as the guide's pick
+    assert all(len(s.readings(c)) == 2 for c in configs if configs.count(c) > 1)
+    assert len(configs) - len(first) <= 2
     assert len(seen) < 30 and s.done() and s.stop_reason       # stopped before the budget
     assert len(g.predictor.observations) == len(seen)           # every result fed back
     picks = [d.config for d in g.decisions if d.config is not None]
-    assert configs[1:] == picks
+    assert first[1:] == picks
 
 
 def test_guided_without_requests_falls_back_to_tpe_and_says_so(
