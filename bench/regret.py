@@ -402,7 +402,7 @@ def score_methods(reader: Any, seeds: int, t0: float) -> UnitResult:
         "default_meets_slo": table.mostly_feasible(default), "runs": {}}
     lines = [f"{world.name} {wl.name}: oracle {best_c.short()} = {best_v:.3f}; default regret "
              f"{detail['default_regret']:.2%} (meets SLO: {detail['default_meets_slo']})"]
-    for method in METHODS:
+    for method in getattr(reader.args, "methods", METHODS):
         rows = []
         for seed in range(seeds):
             if method == "grid":
@@ -426,8 +426,9 @@ def score_methods(reader: Any, seeds: int, t0: float) -> UnitResult:
                      f"{_median([r['regret_at_6'] for r in rows]):.2%} runs "
                      f"{_median([r['runs'] for r in rows]):.0f} to2% "
                      f"{[r['to_2pct'] for r in rows]}")
-    g = detail["runs"]["guided"][0]
-    lines.append(f"  guided seed 0 ran {g['trials']} -> {g['chosen']} ({g['stop']})")
+    if "guided" in detail["runs"]:
+        g = detail["runs"]["guided"][0]
+        lines.append(f"  guided seed 0 ran {g['trials']} -> {g['chosen']} ({g['stop']})")
     return UnitResult(world.name, wl.name, detail, time.perf_counter() - t0, reader.measured,
                       lines, seeds)
 
@@ -460,7 +461,7 @@ def summarize(units: Sequence[dict[str, Any]], seeds: int) -> dict[str, Any]:
         return [row[key] for u in units for row in u["runs"][method]]
 
     methods: dict[str, Any] = {}
-    for m in METHODS:
+    for m in (m for m in METHODS if m in units[0]["runs"]):
         methods[m] = {"median_regret": round(_median(pooled(m, "regret")), 4),
                       "max_regret": round(max(pooled(m, "regret")), 4),
                       "median_runs": _median(pooled(m, "runs")),
@@ -476,6 +477,8 @@ def summarize(units: Sequence[dict[str, Any]], seeds: int) -> dict[str, Any]:
 
 def checks(name: str, res: dict[str, Any], units: Sequence[dict[str, Any]]) -> list[str]:
     """The issue's targets for one world (or the summary), one line each."""
+    if not {"guided", "tpe"} <= res["methods"].keys():
+        return [f"{name}: (the targets compare guided with tpe; run both)"]
     g, t = res["methods"]["guided"], res["methods"]["tpe"]
     losses = [f"{u['workload']} seed {i}" for u in units if u["default_meets_slo"]
               for i, row in enumerate(u["runs"]["guided"])
@@ -531,6 +534,9 @@ def main(argv: list[str] | None = None) -> int:
                              "the oracle of bench/engine_oracle.py, fresh server runs)")
     parser.add_argument("--engine-seeds", type=int, default=3,
                         help="seeds per method on a real-engine world")
+    parser.add_argument("--methods", nargs="*", choices=METHODS, default=list(METHODS),
+                        help="the search methods to score (default: all; the seed default is "
+                             "always scored)")
     parser.add_argument("--cache", help="JSON-lines file of readings (read, appended)")
     parser.add_argument("--detail", type=Path, help="write per-run details (JSON) here")
     parser.add_argument("--out", type=Path,

@@ -2,21 +2,21 @@
 
 The oracle is bench/engine_oracle.py's cache (bench/data/engine-oracle-<pair hash>.jsonl): every
 config of windows 1-5 x ``max_num_seqs`` 1/4/16 read at least twice, each reading a server start
-and a closed-loop replay of 18 GSM8K questions (blocks 0 and 1 of the test set). It is not
-measured here: run ``bench/engine_oracle.py --pair NAME`` first (a world whose oracle is not
-complete is an error that says so).
+and one closed-loop replay of the first 66 GSM8K questions. It is not measured here: run
+``bench/engine_oracle.py --pair NAME`` first (a world whose oracle is not complete is an error
+that says so).
 
-A method's trial is a FRESH real run: a server start with the trial's flags and one replay of
-another block of GSM8K questions, block ``FRESH_BLOCK + 10 * seed + k`` for the k-th reading of
-that config in a run with that seed, never one of the oracle's. As on the simulator, methods
-with the same seed read the same fresh run of a config (common random numbers), so each is
-measured once and kept in ``--cache`` (keyed by the pair's hash, the config and the block): an
-interrupted run resumes. The objective is the oracle's (output tokens per second under a loose
-SLO), the policy ``engine_oracle.policy_for(pair)``; tpe and random run on to the whole space
-(15 configs) rather than :data:`regret.LONG_RUN`, grid reads the baseline and
-:data:`regret.BUDGET` - 1 configs in a seeded order.
+A method's trial is a FRESH real run: a server start with the trial's flags and one replay of the
+same questions, as a trial of autotune reads a config; never one of the oracle's readings. As on
+the simulator, methods with the same seed read the same fresh run of a config (common random
+numbers), so each is measured once and kept in ``--cache`` (keyed by the pair's hash, the config
+and the fresh replay seed): an interrupted run resumes. The objective is the oracle's (output
+tokens per second under a loose SLO), the policy ``engine_oracle.policy_for(pair)``; tpe and
+random run on to the whole space (15 configs) rather than :data:`regret.LONG_RUN`, grid reads
+the baseline and :data:`regret.BUDGET` - 1 configs in a seeded order. Measure on an otherwise
+idle machine: bench/regret.py runs these units after the simulated ones, one at a time.
 
-    nice .venv/bin/python bench/regret.py --engine --worlds vllm-cpu/eps002 \\
+    .venv/bin/python bench/regret.py --engine --worlds vllm-cpu/eps002 \\
         --cache /tmp/engine-regret.jsonl
 """
 
@@ -33,9 +33,6 @@ from regret import BUDGET, Reading, ReadingCache, Table
 from regret_workloads import Workload
 from worlds import World
 
-#: The first GSM8K block a fresh run replays (the oracle's are 0 and 1).
-FRESH_BLOCK = 4
-
 
 class EngineReader:
     """Readings of one real-engine world: the oracle from its cache, fresh runs measured once."""
@@ -49,7 +46,7 @@ class EngineReader:
         self.mapping = engine_oracle.policy_for(self.pair)
         self.policy = policy_from_mapping(self.mapping, f"bench:{world.name}")
         self.slo = self.policy.objective.slo.slo()
-        self.wl = Workload("gsm8k-closed16", engine_oracle.workload(FRESH_BLOCK),
+        self.wl = Workload("gsm8k-closed16", engine_oracle.workload(),
                            (engine_oracle.SLO["ttft_p99_ms"], engine_oracle.SLO["itl_p99_ms"]),
                            "GSM8K questions, closed loop, 16 in flight")
         self.long_run = len(self.policy.space.configs())
@@ -106,26 +103,22 @@ class EngineReader:
         return table
 
     def read(self, config: Any, replay_seed: int) -> Reading:
-        """A fresh run of ``config``: ``replay_seed`` is regret's FRESH_BASE + 100 seed + k."""
-        from regret import FRESH_BASE
-
-        seed, k = divmod(replay_seed - FRESH_BASE, 100)
-        block = FRESH_BLOCK + 10 * seed + k
-        key = f"{self.key}|{config.short()}|{block}"
-        r, new = self.cache.read(key, lambda: self._measure(config, block))
+        """A fresh run of ``config`` (``replay_seed``: regret's FRESH_BASE + 100 seed + k)."""
+        key = f"{self.key}|{config.short()}|{replay_seed}"
+        r, new = self.cache.read(key, lambda: self._measure(config, replay_seed))
         if new:
-            print(f"    {self.world.name} {config.short()} block {block}: {r.value:.1f} "
+            print(f"    {self.world.name} {config.short()} fresh {replay_seed}: {r.value:.1f} "
                   f"tok/s (load {os.getloadavg()[0]:.1f})", file=sys.stderr, flush=True)
         return r
 
-    def _measure(self, config: Any, block: int) -> Reading:
+    def _measure(self, config: Any, replay_seed: int) -> Reading:
         from autotune.objective import score_measurement
         from autotune.predict import decode_stats
         from autotune.types import ReplaySchedule
 
-        schedule = ReplaySchedule(engine_oracle.workload(block), mode="closed",
+        schedule = ReplaySchedule(self.wl.requests, mode="closed",
                                   concurrency=engine_oracle.CONCURRENCY,
-                                  warmup_requests=engine_oracle.WARMUP, seed=block)
+                                  warmup_requests=engine_oracle.WARMUP, seed=replay_seed)
         replica = self.backend.start(config)
         try:
             m = replica.replay(schedule, lambda done, total: None)
