@@ -31,8 +31,9 @@ Nothing here imports a backend: the simulator's hidden truth stays inside ``back
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -62,6 +63,8 @@ _STEP_SD = 0.05          # measurement noise of a run's mean step time (log)
 _FACTOR_PRIOR_SD = {"itl": 0.15, "ttft": 0.5, "slots": 0.5}
 _MIN_GAIN = 1.0          # loss improvement (in squared standard errors) a factor move must bring
 _Z95 = 1.645             # one-sided z of the 95th percentile
+#: A fit whose weight in the mixture is below this is left out (it explains the runs far worse).
+_MIN_WEIGHT = 1e-3
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,45 @@ class Prediction:
     risk: float             # probability the config misses the SLOs (infeasible)
     detail: Mapping[str, float] = field(default_factory=dict)
 
+
+
+@dataclass(frozen=True)
+class _Fit:
+    """One fit of the replica model to the runs: its step cost and factors, and the loss it
+    leaves (squared standardized errors of the runs, priors included)."""
+
+    cost: StepCostModel
+    factors: ReplicaFactors
+    loss: float = 0.0
+
+
+@dataclass(frozen=True)
+class _Member:
+    """One fit's corrected predictions of every config (log objective and margin, with their
+    variances) and its raw reading (for the prediction's detail)."""
+
+    out: ReplicaOutcomes
+    log_mean: FloatArray
+    log_var: FloatArray
+    margin: FloatArray
+    margin_var: FloatArray
+    model_error: float
+
+
+def _same_fit(a: _Fit, b: _Fit, tol: float = 1e-3) -> bool:
+    """Whether two fits landed on the same parameters (one of them is enough)."""
+    return bool(np.allclose(a.cost.log_scale, b.cost.log_scale, atol=tol)
+                and np.allclose(dataclasses.astuple(a.factors), dataclasses.astuple(b.factors),
+                                atol=tol))
+
+
+def _mixture(weights: FloatArray, means: Sequence[FloatArray], variances: Sequence[FloatArray]
+             ) -> tuple[FloatArray, FloatArray]:
+    """Mean and variance of a mixture of normals (per config)."""
+    m, v = np.vstack(means), np.vstack(variances)
+    mean: FloatArray = weights @ m
+    var: FloatArray = weights @ (v + (m - mean) ** 2)
+    return mean, var
 
 
 def _normal_cdf(x: FloatArray) -> FloatArray:
@@ -111,6 +153,7 @@ class Predictor:
         self.grid = ConfigGrid.of(self.configs)
         self.cost = StepCostModel(self.facts)
         self.factors = ReplicaFactors()
+        self._state = _Fit(self.cost, self.factors)  # where the next refit starts
         self.too_long = bool(max_model_len) and any(
             r.prompt_tokens + r.output_tokens > (max_model_len or 0) for r in requests)
         self.workload = WorkloadModel(requests, self.raw, warmup=warmup, slo=slo,
@@ -166,33 +209,44 @@ class Predictor:
                 out.append((o.config, o.scale or wl.time_scale, o.step_s))
         return out
 
-    def _fit_cost(self) -> None:
-        """Ridge fit of the cost parts' log-multipliers: the replica model's mean decode step
-        (prefill stalls included) at every load the runs were replayed at, against the
-        measured decode time per token × accepted length."""
+    def _fit_cost(self, cost: StepCostModel, factors: ReplicaFactors) -> StepCostModel:
+        """Ridge fit of the cost parts' log-multipliers, from ``cost``: the replica model's
+        mean decode step (prefill stalls included) at every load the runs were replayed at,
+        against the measured decode time per token × accepted length."""
         from scipy.optimize import least_squares
 
+        residuals = self._cost_residuals(cost, factors)
+        if residuals is None:
+            return cost
+        fit = least_squares(residuals, np.asarray(cost.log_scale), method="trf",
+                            diff_step=1e-3, max_nfev=60)
+        return cost.with_scale(fit.x)
+
+    def _cost_residuals(self, cost: StepCostModel, factors: ReplicaFactors
+                        ) -> Callable[[FloatArray], FloatArray] | None:
+        """The step-cost fit's standardized residuals (priors included) as a function of the
+        log-multipliers; None when no run measured a step."""
         wl = self.workload
         pts = self._step_points()
         if not pts:
-            return
+            return None
         grid = ConfigGrid.of([c for c, _, _ in pts])
         scale = np.asarray([s for _, s, _ in pts])
         measured = np.log(np.asarray([step for _, _, step in pts], dtype=np.float64))
-        sd = self.cost.prior_sd()
+        sd = cost.prior_sd()
 
         def residuals(x: FloatArray) -> FloatArray:
-            at = predict_replica(wl, grid, self.cost.with_scale(x), self.factors, self.objective,
+            at = predict_replica(wl, grid, cost.with_scale(x), factors, self.objective,
                                  scale=scale)
             return np.concatenate([(np.log(np.maximum(at.step_s, 1e-6)) - measured) / _STEP_SD,
                                    x / sd])
 
-        fit = least_squares(residuals, np.asarray(self.cost.log_scale), method="trf",
-                            diff_step=1e-3, max_nfev=60)
-        self.cost = self.cost.with_scale(fit.x)
+        return residuals
 
-    def _fit_factors(self) -> None:
-        """ITL, TTFT and slot-wait factors that best explain the measured capacities and p99s.
+    def _fit_factors(self, cost: StepCostModel, factors: ReplicaFactors
+                     ) -> tuple[ReplicaFactors, float]:
+        """ITL, TTFT and slot-wait factors that best explain the measured capacities and p99s,
+        searched from ``factors``; and the loss they leave.
 
         Coordinate search on a ridge objective: measured vs predicted capacity (trace mode),
         and measured vs predicted p99 ITL and TTFT at the load each run was measured at.
@@ -201,7 +255,7 @@ class Predictor:
         wl = self.workload
         pts = [o for o in self.measured if o.feasible and (o.scale or wl.mode == "closed")]
         if not pts:
-            return
+            return factors, 0.0
         grid = ConfigGrid.of([o.config for o in pts])
         scale = np.asarray([o.scale or wl.time_scale for o in pts])
         log_scale = np.log(scale)
@@ -212,17 +266,16 @@ class Predictor:
             total = (k.itl / _FACTOR_PRIOR_SD["itl"]) ** 2 \
                 + (k.ttft / _FACTOR_PRIOR_SD["ttft"]) ** 2 \
                 + (k.slots / _FACTOR_PRIOR_SD["slots"]) ** 2
-            at = predict_replica(wl, grid, self.cost, k, self.objective, scale=scale)
+            at = predict_replica(wl, grid, cost, k, self.objective, scale=scale)
             for measured, predicted, sd in ((itl_m, at.itl_p99_ms, 0.15),
                                             (ttft_m, at.ttft_p99_ms, 0.3)):
                 ok = np.isfinite(measured) & (measured > 0) & (predicted > 0)
                 total += float((np.log(measured[ok] / predicted[ok]) ** 2).sum()) / sd**2
             if wl.find_capacity:
-                cap = predict_replica(wl, grid, self.cost, k, self.objective, bisections=9)
+                cap = predict_replica(wl, grid, cost, k, self.objective, bisections=9)
                 total += float(((np.log(cap.scale) - log_scale) ** 2).sum()) / 0.05**2
             return total
 
-        factors = self.factors
         best = loss(factors)
         for step in (0.5, 0.25, 0.1):
             for name in ("itl", "ttft", "slots"):
@@ -232,24 +285,34 @@ class Predictor:
                     # a move must explain the runs better, not just drift where they are blind
                     if value < best - _MIN_GAIN:
                         factors, best = trial, value
-        at = predict_replica(wl, grid, self.cost, replace(factors, bias=0.0), self.objective,
-                             scale=scale)
-        values = [o.value for o in pts]
-        bias = _shrunk_log_ratio(values, at.value, prior_sd=0.2, noise_sd=0.05)
-        self.factors = replace(factors, bias=bias)
+        return self._with_bias(cost, factors), best
 
-    def _fit_bias(self) -> None:
-        """Only the objective's bias (the replica model's factors stay at their prior)."""
+    def _with_bias(self, cost: StepCostModel, factors: ReplicaFactors) -> ReplicaFactors:
+        """``factors`` with the objective's bias fitted to the values measured at capacity."""
         wl = self.workload
         pts = [o for o in self.measured if o.feasible and (o.scale or wl.mode == "closed")]
         if not pts:
-            return
+            return factors
         grid = ConfigGrid.of([o.config for o in pts])
         scale = np.asarray([o.scale or wl.time_scale for o in pts])
-        at = predict_replica(wl, grid, self.cost, replace(self.factors, bias=0.0), self.objective,
+        at = predict_replica(wl, grid, cost, replace(factors, bias=0.0), self.objective,
                              scale=scale)
         bias = _shrunk_log_ratio([o.value for o in pts], at.value, prior_sd=0.2, noise_sd=0.05)
-        self.factors = replace(self.factors, bias=bias)
+        return replace(factors, bias=bias)
+
+    def _fit(self, start: _Fit) -> _Fit:
+        """The step cost, then the replica factors (or only the objective's bias), fitted to
+        every run from ``start``; with the loss the fit leaves (squared standardized errors,
+        priors included), by which fits from different starts are weighed."""
+        cost = self._fit_cost(start.cost, start.factors)
+        if self.fit_factors:
+            factors, loss = self._fit_factors(cost, start.factors)
+        else:
+            factors, loss = self._with_bias(cost, start.factors), 0.0
+        residuals = self._cost_residuals(cost, factors)
+        if residuals is not None:
+            loss += float((residuals(np.asarray(cost.log_scale)) ** 2).sum())
+        return _Fit(cost, factors, loss)
 
     # -- outputs ----------------------------------------------------------------------------
     def model_outcomes(self, configs: Sequence[TrialConfig] | None = None) -> ReplicaOutcomes:
@@ -257,48 +320,50 @@ class Predictor:
         grid = self.grid if configs is None else ConfigGrid.of(configs)
         return predict_replica(self.workload, grid, self.cost, self.factors, self.objective)
 
+    def _fits(self) -> list[tuple[float, _Fit]]:
+        """The fits the predictions mix, with their weights.
+
+        A few runs rarely pin every part of the model: fits from different starts can explain
+        them equally well and disagree far from them (on Kimi EAGLE-3 long code prompts, after
+        the baseline and one run at 2048 tokens, the fit continued from the baseline's put the
+        8192-token configs at 7.8 req/s and the 2048-token ones at 4.8; a fit of the same two
+        runs from the facts put them at 1.4 and 7.2; the oracle reads 5.9 and 7.0). So the
+        fit continued from the last refresh and a fit from the facts are both kept, weighed by
+        how well they explain the runs (exp(-loss / 2)); where they disagree, the predictions
+        are uncertain. The better one is where the next refresh continues from.
+        """
+        warm = self._fit(self._state)
+        fits = [warm]
+        if self.measured:
+            cold = self._fit(_Fit(StepCostModel(self.facts), ReplicaFactors()))
+            if not _same_fit(cold, warm):
+                fits.append(cold)
+        fits.sort(key=lambda f: f.loss)
+        self._state = fits[0]
+        self.cost, self.factors = fits[0].cost, fits[0].factors
+        weights = [math.exp(-(f.loss - fits[0].loss) / 2.0) for f in fits]
+        total = sum(weights)
+        return [(w / total, f) for w, f in zip(weights, fits, strict=True)
+                if w / total >= _MIN_WEIGHT]  # the best fit's own weight is at least 1/2
+
     def refresh(self) -> None:
         """Recalibrate, refit and re-predict every config (see the module docstring)."""
         self._calibrate()
-        self._fit_cost()
-        if self.fit_factors:
-            self._fit_factors()
-        else:
-            self._fit_bias()
         configs = list(self.configs)
         extra = list(dict.fromkeys(o.config for o in self.observations
                                    if o.config not in set(configs)))
         grid_all = configs + extra
-        out = self.model_outcomes(grid_all)
-        index = {c: i for i, c in enumerate(grid_all)}
-        values = [(index[o.config], o.value) for o in self.measured
-                  if o.feasible and o.value and o.value > 0]
-        model_log = np.log(np.maximum(out.value, 1e-12))
-        model_margin = self._model_margin(out)
-        pin = unpinned(grid_all, self.block, sorted({index[o.config] for o in self.measured}))
-        spread_value = spread_margin = np.zeros(len(grid_all))
-        prior = self._prior_outcomes(grid_all)
-        if prior is not None:
-            # where no run pins a config, the fitted model and the facts' own are two
-            # equally likely readings of it (a correction fitted at one prefill budget is an
-            # extrapolation at another): predict their midpoint, with half
-            # their gap as uncertainty; a pinned config keeps the fitted reading
-            d_value = (model_log - np.log(np.maximum(prior.value, 1e-12))) / 2.0
-            d_margin = (model_margin - self._model_margin(prior)) / 2.0
-            model_log = model_log - pin * d_value
-            model_margin = model_margin - pin * d_margin
-            spread_value, spread_margin = d_value**2, d_margin**2
-        fit = fit_residual(grid_all, model_log, self.block, values)
-        self.model_error = fit.model_error
-        margin = fit_margin(grid_all, model_margin, self.block,
-                            [(index[o.config], -1.0 if o.margin is None else o.margin,
-                              o.margin is None or o.margin_censored)
-                             for o in self.observations
-                             if o.margin is not None or o.value is None])
-        mean = fit.log_mean
-        sd = np.sqrt(fit.log_sd**2 + pin * spread_value)
-        risk = 1.0 - _normal_cdf(margin.log_mean
-                                 / np.sqrt(margin.log_sd**2 + pin * spread_margin))
+        fits = self._fits()
+        w = np.asarray([weight for weight, _ in fits])
+        w = w / w.sum()
+        members = [self._member(fit, grid_all) for _, fit in fits]
+        mean, var = _mixture(w, [m.log_mean for m in members], [m.log_var for m in members])
+        margin, margin_var = _mixture(w, [m.margin for m in members],
+                                      [m.margin_var for m in members])
+        self.model_error = float(w @ np.asarray([m.model_error for m in members]))
+        out = members[0].out
+        sd = np.sqrt(var)
+        risk = 1.0 - _normal_cdf(margin / np.sqrt(margin_var))
         if self.too_long:
             risk = np.ones_like(risk)
         preds = {}
@@ -313,17 +378,51 @@ class Predictor:
                         "batch": float(out.batch[i]),
                         "tokens_per_step": float(out.tokens_per_step[i]),
                         "itl_p99_ms": float(out.itl_p99_ms[i]),
-                        "ttft_p99_ms": float(out.ttft_p99_ms[i])})
+                        "ttft_p99_ms": float(out.ttft_p99_ms[i]),
+                        "fits": float(len(members))})
         self._predictions = preds
 
-    def _prior_outcomes(self, configs: Sequence[TrialConfig]) -> ReplicaOutcomes | None:
+    def _member(self, fit: _Fit, grid_all: Sequence[TrialConfig]) -> _Member:
+        """One fit's predictions of ``grid_all``, corrected by the runs (residual GPs)."""
+        out = predict_replica(self.workload, ConfigGrid.of(grid_all), fit.cost, fit.factors,
+                              self.objective)
+        index = {c: i for i, c in enumerate(grid_all)}
+        values = [(index[o.config], o.value) for o in self.measured
+                  if o.feasible and o.value and o.value > 0]
+        model_log = np.log(np.maximum(out.value, 1e-12))
+        model_margin = self._model_margin(out)
+        pin = unpinned(grid_all, self.block, sorted({index[o.config] for o in self.measured}))
+        spread_value = spread_margin = np.zeros(len(grid_all))
+        prior = self._prior_outcomes(grid_all, fit)
+        if prior is not None:
+            # where no run pins a config, the fitted model and the facts' own are two
+            # equally likely readings of it (a correction fitted at one prefill budget is an
+            # extrapolation at another): predict their midpoint, with half
+            # their gap as uncertainty; a pinned config keeps the fitted reading
+            d_value = (model_log - np.log(np.maximum(prior.value, 1e-12))) / 2.0
+            d_margin = (model_margin - self._model_margin(prior)) / 2.0
+            model_log = model_log - pin * d_value
+            model_margin = model_margin - pin * d_margin
+            spread_value, spread_margin = d_value**2, d_margin**2
+        value_fit = fit_residual(grid_all, model_log, self.block, values)
+        margin_fit = fit_margin(grid_all, model_margin, self.block,
+                                [(index[o.config], -1.0 if o.margin is None else o.margin,
+                                  o.margin is None or o.margin_censored)
+                                 for o in self.observations
+                                 if o.margin is not None or o.value is None])
+        return _Member(out, value_fit.log_mean, value_fit.log_sd**2 + pin * spread_value,
+                       margin_fit.log_mean, margin_fit.log_sd**2 + pin * spread_margin,
+                       value_fit.model_error)
+
+    def _prior_outcomes(self, configs: Sequence[TrialConfig], fit: _Fit
+                        ) -> ReplicaOutcomes | None:
         """The replica model on the facts alone (no fitted step-cost multiplier or replica
-        factor; the objective's workload-wide bias kept): None before any fit moved them,
-        and on hardware the facts do not describe, where they are no prior to measure the
-        fit's drift from."""
-        prior_factors = ReplicaFactors(bias=self.factors.bias)
+        factor; ``fit``'s workload-wide bias of the objective kept): None before any fit moved
+        them, and on hardware the facts do not describe, where they are no prior to measure
+        the fit's drift from."""
+        prior_factors = ReplicaFactors(bias=fit.factors.bias)
         if (not self.facts.hardware.known or not self.measured
-                or (not any(self.cost.log_scale) and self.factors == prior_factors)):
+                or (not any(fit.cost.log_scale) and fit.factors == prior_factors)):
             return None
         return predict_replica(self.workload, ConfigGrid.of(configs), StepCostModel(self.facts),
                                prior_factors, self.objective)
