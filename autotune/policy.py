@@ -268,8 +268,9 @@ class Hardware(_Model):
 
     gpu: str | None = Field(
         default=None,
-        description="GPU kind of a replica (H200, H100, A100, L40S, B200, MI300X); unknown or "
-                    "absent: the step cost is learned from the runs.")
+        description="GPU kind of a replica (H200, H100, A100, L40S, B200, MI300X); absent: the "
+                    "kind Ray reports for the replicas' nodes; unknown: the step cost is "
+                    "learned from the runs.")
     count: int | None = Field(default=None, ge=1,
                               description="GPUs per replica (default serve.gpus_per_replica).")
 

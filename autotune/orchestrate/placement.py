@@ -24,8 +24,10 @@ from autotune.errors import BackendError, ConfigError
 from autotune.types import ServeSpec
 
 __all__ = [
+    "ACCELERATOR_PREFIX",
     "NodeResources",
     "ReplicaShape",
+    "accelerator_kinds",
     "check_fit",
     "live_nodes",
     "release",
@@ -154,6 +156,18 @@ def _cluster_text(shape: ReplicaShape, nodes: Sequence[NodeResources]) -> str:
 
 
 # ------------------------------------------------------------------------- talking to Ray
+#: The node resource Ray sets to name the kind of a node's accelerators ("accelerator_type:H100").
+ACCELERATOR_PREFIX = "accelerator_type:"
+
+
+def accelerator_kinds(nodes: Sequence[NodeResources]) -> set[str]:
+    """The accelerator kinds Ray reports for ``nodes`` (their ``accelerator_type:<kind>``
+    resources)."""
+    return {name.removeprefix(ACCELERATOR_PREFIX) for n in nodes
+            for name, amount in n.resources.items()
+            if name.startswith(ACCELERATOR_PREFIX) and amount > 0}
+
+
 def live_nodes() -> list[NodeResources]:
     """The alive nodes of the connected Ray cluster with their total resources."""
     import ray

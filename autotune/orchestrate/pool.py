@@ -100,6 +100,11 @@ class Pool(Protocol):
         """Block until a submitted trial finishes and return it."""
         ...
 
+    def gpu_kind(self) -> str | None:
+        """The kind of GPU the replicas run on as the cluster reports it, or None (unknown,
+        no GPUs, or replicas on different kinds)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -126,6 +131,9 @@ class SerialPool:
     @property
     def capacity(self) -> int:
         return 1
+
+    def gpu_kind(self) -> str | None:
+        return None  # this process does not look at its machine's GPUs
 
     def submit(self, task: TrialTask) -> None:
         self._queue.append(task)

@@ -35,7 +35,7 @@ import sys
 import time
 import uuid
 from collections import deque
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -44,7 +44,9 @@ from autotune.backends import Backend, create_backend
 from autotune.errors import AutotuneError, BackendError, DependencyError
 from autotune.orchestrate.pacing import paced
 from autotune.orchestrate.placement import (
+    NodeResources,
     ReplicaShape,
+    accelerator_kinds,
     check_fit,
     live_nodes,
     release,
@@ -242,10 +244,11 @@ class RayPool:
     """Trials on Ray replica actors; build it with :meth:`open` (see the module docstring)."""
 
     def __init__(self, settings: RaySettings, shape: ReplicaShape, groups: list[Any],
-                 owns_ray: bool) -> None:
+                 owns_ray: bool, nodes: Sequence[NodeResources] = ()) -> None:
         self.settings = settings
         self.shape = shape
         self.owns_ray = owns_ray
+        self._nodes = list(nodes)  # the cluster's live nodes when the pool opened
         self._slots = [_Slot(i, g) for i, g in enumerate(groups)]
         self._queue: deque[_Pending] = deque()
         self._inflight: dict[Any, tuple[_Slot, _Pending]] = {}
@@ -275,7 +278,7 @@ class RayPool:
             check_fit(shape, nodes, wanted)
             groups = reserve(shape, wanted, s.ready_timeout_s,
                              name=f"autotune-{uuid.uuid4().hex[:8]}")
-            pool = cls(s, shape, groups, owns)
+            pool = cls(s, shape, groups, owns, nodes)
             pool._start()
         except BaseException:
             if pool is not None:
@@ -346,6 +349,16 @@ class RayPool:
         hold_point("recommending")
 
     # ---------------------------------------------------------------------- the Pool API
+    def gpu_kind(self) -> str | None:
+        """The accelerator kind Ray reports for the nodes the replicas run on
+        (``accelerator_type:<kind>``); None for replicas without GPUs, or when their nodes
+        report none or several kinds."""
+        if self.shape.gpus <= 0:
+            return None
+        ids = {sl.info.get("node_id") for sl in self._slots}
+        kinds = accelerator_kinds([n for n in self._nodes if n.node_id in ids])
+        return next(iter(kinds)) if len(kinds) == 1 else None
+
     @property
     def capacity(self) -> int:
         if self._slots:

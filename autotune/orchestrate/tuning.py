@@ -17,6 +17,7 @@ A run interrupted (Ctrl-C, SIGTERM, a crash) is marked so and resumed by the nex
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -31,6 +32,8 @@ from autotune.store import Store
 from autotune.traffic.load import SampleWorkloads
 
 __all__ = ["Reporter", "TuneOptions", "TuneResult", "WorkloadResult", "load_traffic", "tune"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,7 @@ def _drive(options: TuneOptions, store: Store, run: OpenedRun, backend: Backend,
     pool: Pool | None = None
     try:
         pool = pool_factory(backend, rep)
+        _use_pool_hardware(pool, run)
         drive_trials(options, store, run.run_id, run.searches, pool, rep)
     except KeyboardInterrupt:
         store.set_run_status(run.run_id, "interrupted",
@@ -107,6 +111,18 @@ def _drive(options: TuneOptions, store: Store, run: OpenedRun, backend: Backend,
     finally:
         if pool is not None:
             pool.close()
+
+
+def _use_pool_hardware(pool: Pool, run: OpenedRun) -> None:
+    """Tell every search the kind of GPU the pool's replicas run on, when the cluster says
+    (a guided search takes it where the policy names no ``hardware.gpu``)."""
+    gpu = pool.gpu_kind()
+    if not gpu:
+        return
+    for w in run.searches:
+        note = w.searcher.strategy.use_hardware(gpu)
+        if note:
+            log.info("%s: guided search: %s", w.name, note)
 
 
 def _finished(w: WorkloadSearch) -> WorkloadTrials:

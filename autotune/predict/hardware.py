@@ -2,9 +2,12 @@
 
 The figures are the vendors' published peak numbers (sources below); the step-cost model
 applies stated achievable fractions of them and fits multipliers to what runs measure. A
-replica's hardware comes from the policy (``hardware: {gpu: H200, count: 8}``). Hardware the
-table does not know is not guessed: the predictor then learns the step cost from the runs it
-pays for, with wide priors (:attr:`HardwareFacts.known` is False).
+replica's hardware comes from the policy (``hardware: {gpu: H200, count: 8}``) or, when the
+policy names none, from what Ray reports for the nodes the replicas run on (its
+``accelerator_type:<kind>`` node resource, e.g. ``H100``, ``A100-80G``,
+``AMD-Instinct-MI300X-OAM``). Hardware the table does not know is not guessed: the predictor
+then learns the step cost from the runs it pays for, with wide priors
+(:attr:`HardwareFacts.known` is False).
 """
 
 from __future__ import annotations
@@ -40,6 +43,9 @@ def _key(name: str) -> str:
 
 
 _BY_KEY = {_key(k): k for k in GPU_SPECS}
+#: Ray's accelerator type names (ray.util.accelerators) for the kinds above where they differ.
+#: The 40 GB A100 has another bandwidth (1.555 TB/s) and is left unknown.
+_BY_KEY.update({_key("A100-80G"): "A100", _key("AMD-Instinct-MI300X-OAM"): "MI300X"})
 
 
 @dataclass(frozen=True)

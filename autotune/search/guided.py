@@ -288,12 +288,14 @@ def make_guide(requests: Sequence[Request], configs: Iterable[TrialConfig], poli
                  probe_windows=not facts.hardware.known)
 
 
-def policy_facts(policy: Policy) -> Facts:
-    """The predictor's facts for a policy's replica (raises UndescribedReplica)."""
+def policy_facts(policy: Policy, gpu: str | None = None) -> Facts:
+    """The predictor's facts for a policy's replica (raises UndescribedReplica); ``gpu``: the
+    GPU kind the cluster reports, used where the policy names none."""
     serve, hw = policy.serve, policy.hardware
     return describe_replica(model=serve.model, draft_model=serve.draft_model,
                             method=serve.method, tensor_parallel=serve.tensor_parallel_size,
-                            gpu=hw.gpu, gpu_count=hw.count or max(serve.gpus_per_replica, 1))
+                            gpu=hw.gpu or gpu,
+                            gpu_count=hw.count or max(serve.gpus_per_replica, 1))
 
 
 class GuidedStrategy(Strategy):
@@ -301,8 +303,9 @@ class GuidedStrategy(Strategy):
 
     kind = "guided"
 
-    def __init__(self, guide: Guide) -> None:
+    def __init__(self, guide: Guide, setup: StrategySetup | None = None) -> None:
         self.guide = guide
+        self.setup = setup
 
     def propose(self, measured: Mapping[TrialConfig, Outcome | None],
                 running: Set[TrialConfig]) -> Proposal:
@@ -318,6 +321,27 @@ class GuidedStrategy(Strategy):
     def calibration(self) -> HeadCalibration | None:
         cal = self.guide.predictor.calibration
         return cal if cal.ece_before is not None else None
+
+    def use_hardware(self, gpu: str) -> str | None:
+        """Rebuild the guide on ``gpu``'s facts when the policy names no GPU (the runs it has
+        seen are kept); the note says what the step cost's priors now come from."""
+        setup = self.setup
+        if setup is None or setup.policy.hardware.gpu:
+            return None
+        try:
+            facts = policy_facts(setup.policy, gpu)
+        except UndescribedReplica:
+            return None
+        if not facts.hardware.known:
+            return (f"the cluster reports {gpu} GPUs, which autotune's hardware table does not "
+                    f"describe: the step cost is learned from the runs")
+        old = self.guide
+        self.guide = make_guide(setup.requests, setup.configs, setup.policy,
+                                epsilon=old.epsilon, facts=facts)
+        for obs in old.predictor.observations:
+            self.guide.predictor.observe(obs)
+        return (f"the cluster reports {gpu} GPUs (the policy names none): the step cost's "
+                f"priors are {facts.hardware.count} x {facts.hardware.kind}'s published figures")
 
 
 def create_guided(setup: StrategySetup) -> Strategy:
@@ -336,4 +360,4 @@ def create_guided(setup: StrategySetup) -> Strategy:
     for note in facts.notes:
         log.info("guided search: %s", note)
     return GuidedStrategy(make_guide(setup.requests, setup.configs, setup.policy,
-                                     facts=facts))
+                                     facts=facts), setup)

@@ -94,6 +94,12 @@ class Strategy(ABC):
         """The confidence-head calibration this strategy fitted, if any. Default: none."""
         return None
 
+    def use_hardware(self, gpu: str) -> str | None:
+        """The pool reports the kind of GPU the replicas run on (before any new trial): a
+        strategy that models the hardware takes it where the policy names none, and returns
+        a note saying what it now assumes. Default: nothing to model."""
+        return None
+
 
 def available_strategies() -> list[str]:
     return sorted(_REGISTRY)

@@ -15,6 +15,7 @@ import pytest
 
 from autotune.errors import BackendError, ConfigError
 from autotune.orchestrate import Reporter, TuneOptions, tune
+from autotune.orchestrate.placement import NodeResources, accelerator_kinds
 from autotune.orchestrate.pool import TrialTask
 from autotune.orchestrate.ray_pool import RayPool, RaySettings
 from autotune.policy import Policy, load_policy
@@ -46,6 +47,17 @@ def _wait_busy(pool: RayPool, key: object, timeout_s: float = 20.0) -> dict[str,
     raise AssertionError(f"no replica picked up trial {key!r}")
 
 
+def test_accelerator_kinds_are_read_off_ray_s_node_resources() -> None:
+    def node(i: int, **resources: float) -> NodeResources:
+        return NodeResources(f"n{i}", "10.0.0.1", {"CPU": 8.0, **resources})
+
+    h100 = node(0, GPU=8.0, **{"accelerator_type:H100": 1.0})
+    mi300 = node(1, GPU=8.0, **{"accelerator_type:AMD-Instinct-MI300X-OAM": 1.0})
+    assert accelerator_kinds([h100]) == {"H100"}
+    assert accelerator_kinds([h100, mi300]) == {"H100", "AMD-Instinct-MI300X-OAM"}
+    assert accelerator_kinds([node(2)]) == set()
+
+
 def test_vllm_replicas_packed_one_per_gpu_bundle(ray_cluster: Any) -> None:
     policy = load_policy()  # serve.gpus_per_replica: 8
     settings = RaySettings(kind="vllm", serve=policy.serve.spec(), ready_timeout_s=60)
@@ -58,6 +70,8 @@ def test_vllm_replicas_packed_one_per_gpu_bundle(ray_cluster: Any) -> None:
         assert not gpu_sets[0] & gpu_sets[1]  # each replica has its own 8 GPUs
         for r in replicas:  # the vLLM servers it launches see exactly those GPUs
             assert set(r["cuda_visible_devices"].split(",")) == set(r["gpu_ids"])
+        # the kind Ray reports for their node is what a guided search takes as the hardware
+        assert pool.gpu_kind() == "H100"
 
         t0 = time.monotonic()
         with pytest.raises(ConfigError) as e:

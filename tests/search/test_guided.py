@@ -344,3 +344,43 @@ def test_on_hardware_not_in_the_table_the_second_run_is_the_smallest_window(
         assert "profiling" not in g.propose(exclude={BASELINE, d.config}).reason
     else:
         assert "profiling" not in d.reason
+
+
+def _policy_without_gpu() -> Policy:
+    data = make_policy().model_dump(mode="json")
+    data["hardware"] = {}
+    return policy_from_mapping(data)
+
+
+def test_the_gpu_kind_the_cluster_reports_replaces_unknown_hardware() -> None:
+    # A policy without `hardware.gpu` is learned from the runs (wide priors, the window probe);
+    # when the pool reports the replicas' GPUs (Ray's accelerator_type), the guide is rebuilt
+    # on their published figures and keeps the runs it has seen.
+    policy = _policy_without_gpu()
+    search = open_search(policy, "r", "w", "sqlite:///:memory:", requests=requests())
+    strategy = search.strategy
+    assert isinstance(strategy, GuidedStrategy)
+    assert not strategy.guide.predictor.facts.hardware.known
+    sug = search.ask()
+    assert sug is not None and sug.is_baseline
+    search.tell(sug, Outcome(4.0, {"ttft_p99_ms": -1.0, "itl_p99_ms": -1.0}, summary()))
+    unknown = strategy.guide.propose()
+    assert unknown.reason.startswith("profiling the drafter")
+
+    note = strategy.use_hardware("H100")
+    assert note is not None and "8 x H100" in note
+    facts = strategy.guide.predictor.facts
+    assert facts.hardware.known and facts.hardware.kind == "H100"
+    assert [o.config for o in strategy.guide.predictor.observations] == [BASELINE]
+    assert not strategy.guide.propose().reason.startswith("profiling the drafter")
+    # Ray's names for the table's kinds are understood; a kind it lacks stays unknown
+    assert "A100" in (strategy.use_hardware("A100-80G") or "")
+    assert "does not describe" in (strategy.use_hardware("A100-40G") or "")
+
+
+def test_the_policy_s_gpu_wins_over_what_the_cluster_reports() -> None:
+    policy = make_policy()  # hardware: 8 x H200
+    search = open_search(policy, "r", "w", "sqlite:///:memory:", requests=requests())
+    assert isinstance(search.strategy, GuidedStrategy)
+    assert search.strategy.use_hardware("A100") is None
+    assert search.strategy.guide.predictor.facts.hardware.kind == "H200"
