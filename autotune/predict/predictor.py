@@ -17,7 +17,9 @@ in trace mode) and its SLO risk, with an interval. How:
 2. the step-cost model's per-part multipliers are fitted (ridge towards the facts) to the mean
    step times the runs measured at their measured batch; the replica model's ITL and TTFT
    factors to the p99s measured; its usable share of ``max_num_seqs`` to the capacities
-   measured (:mod:`autotune.predict.replica`);
+   measured (:mod:`autotune.predict.replica`). Twice: continuing from the last fit and from
+   the facts; steps 3 and 4 correct each, and the predictions are their mixture, weighed by
+   how well each explains the runs (:meth:`Predictor._fits`);
 3. what the model still gets wrong at measured configs is spread to their neighbours
    (:mod:`autotune.predict.residual`, a Gaussian process in log-objective space), which gives
    every prediction its standard deviation;
