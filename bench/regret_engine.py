@@ -3,8 +3,9 @@
 The oracle is bench/engine_oracle.py's cache (bench/data/engine-oracle-<pair hash>.jsonl): every
 config of windows 1-5 x ``max_num_seqs`` 1/4/16 read at least twice, each reading a server start
 and one closed-loop replay of the first 66 GSM8K questions. It is not measured here: run
-``bench/engine_oracle.py --pair NAME`` first (a world whose oracle is not complete is an error
-that says so).
+``bench/engine_oracle.py --pair NAME`` first, on the machine that runs the fresh trials (only
+readings taken on this machine count; a world whose oracle is not complete here is an error that
+says so).
 
 A method's trial is a FRESH real run: a server start with the trial's flags and one replay of the
 same questions, as a trial of autotune reads a config; never one of the oracle's readings. As on
@@ -83,7 +84,16 @@ class EngineReader:
         """The oracle from bench/engine_oracle.py's cache (every config of the space)."""
         from autotune.types import TrialConfig
 
-        rows = engine_oracle.read_cache(engine_oracle.cache_path(self.pair))
+        path = engine_oracle.cache_path(self.pair)
+        here = engine_oracle.machine()
+        rows = engine_oracle.read_cache(path, here)
+        elsewhere = len(engine_oracle.read_cache(path)) - len(rows)
+        if not rows and elsewhere:
+            raise SystemExit(f"{path}: the oracle's {elsewhere} readings were taken on another "
+                             f"machine than this one ({here}); a real engine's readings do not "
+                             f"carry across machines, so fresh runs here cannot be scored "
+                             f"against them: run bench/engine_oracle.py --pair "
+                             f"{self.pair.recipe.name} on this machine first")
         table = Table()
         by_key = {c.short(): c for c in self.policy.space.configs()}
         for row in rows:
