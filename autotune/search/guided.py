@@ -306,11 +306,24 @@ class GuidedStrategy(Strategy):
     def __init__(self, guide: Guide, setup: StrategySetup | None = None) -> None:
         self.guide = guide
         self.setup = setup
+        #: what the predictor expected of each config when it was proposed
+        self._expected: dict[TrialConfig, Prediction] = {}
 
     def propose(self, measured: Mapping[TrialConfig, Outcome | None],
                 running: Set[TrialConfig]) -> Proposal:
         decision = self.guide.propose(exclude=set(measured) | set(running))
+        if decision.config is not None:
+            self._expected[decision.config] = self.guide.predictor.predict()[decision.config]
         return Proposal(decision.config, decision.reason)
+
+    def surprise(self, config: TrialConfig, outcome: Outcome) -> str | None:
+        """A reading above the optimistic end of the prediction the config was proposed on
+        (its ~95th percentile: model error and replay noise both counted)."""
+        p = self._expected.get(config)
+        if p is None or not p.high > 0 or outcome.value <= p.high:
+            return None
+        return (f"a surprise: it read {outcome.value:.4g}, {outcome.value / p.value - 1:.0%} "
+                f"above its prediction {p.value:.4g} (optimistic end {p.high:.4g})")
 
     def observe(self, config: TrialConfig, outcome: Outcome | None,
                 measurement: Measurement | None) -> None:

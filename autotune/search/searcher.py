@@ -11,7 +11,9 @@ once when replicas run in parallel. Every trial is kept in the workload's Optuna
 One config is run twice on purpose: the best one so far, when its only reading passed the SLO
 by less than :data:`~autotune.objective.CLOSE_CALL` (a p99 within about 10% of its bound, or a
 capacity within 10% of the target rate), or beat another config meeting the SLO by less than
-:data:`CLOSE_RACE` (a race one reading cannot call). It is read again before the search stops,
+:data:`CLOSE_RACE` (a race one reading cannot call), or read far above what the strategy
+predicted for it (:meth:`~autotune.search.strategy.Strategy.surprise`: a lucky replay looks like
+a discovery). It is read again before the search stops,
 or with the last trial of the budget, so that one favourable reading is never what gets
 recommended. When the second reading drops it below the runner-up, the new leader is held to
 the same rule.
@@ -184,6 +186,9 @@ class Searcher:
             return None
         if self.slo is not None and close_call(first, self.slo, self.target):
             return best, "a close call: it met the SLO by less than 10%"
+        surprise = self.strategy.surprise(best, first)
+        if surprise is not None:
+            return best, surprise
         if len(ranked) > 1 and value > 0 and (value - ranked[1][0]) / value < CLOSE_RACE:
             gap = (value - ranked[1][0]) / value
             return best, (f"a close race: {gap:.1%} ahead of {ranked[1][1].short()}, "

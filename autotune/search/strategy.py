@@ -94,6 +94,12 @@ class Strategy(ABC):
         """The confidence-head calibration this strategy fitted, if any. Default: none."""
         return None
 
+    def surprise(self, config: TrialConfig, outcome: Outcome) -> str | None:
+        """Why ``config``'s one reading ``outcome`` is not what this strategy expected of it
+        before it ran (a reading far above its prediction), or None. The searcher reads such
+        a leader again before recommending it. Default: no expectations."""
+        return None
+
     def use_hardware(self, gpu: str) -> str | None:
         """The pool reports the kind of GPU the replicas run on (before any new trial): a
         strategy that models the hardware takes it where the policy names none, and returns

@@ -268,6 +268,30 @@ def test_searcher_asks_the_guide_after_the_baseline_and_stops_with_it(tmp_path: 
     assert first[1:] == picks
 
 
+def test_a_reading_far_above_its_prediction_is_read_again_before_it_is_recommended(
+        tmp_path: Path) -> None:
+    # every config reads its prediction, except the guide's first pick, whose first reading
+    # is a lucky replay at twice its prediction: it leads by far, so no close race, yet one
+    # reading that far above the model is not trusted
+    policy = make_policy(budget={"trials": 30})
+    g = make_guide(requests(), policy.space.configs(), policy)
+    s = open_search(policy, "r", "w", f"sqlite:///{tmp_path}/o.db", seed=1,
+                    strategy=GuidedStrategy(g))
+    predicted = {c: p.value for c, p in g.predictor.predict().items()}
+    seen = []
+    while (sug := s.ask()) is not None:
+        lucky = len(seen) == 1
+        seen.append(sug)
+        v = predicted.get(sug.config, 1.0) * (2.0 if lucky else 1.0)
+        s.tell(sug, Outcome(v, {"itl_p99_ms": -1.0}, summary()))
+    first_pick = seen[1].config
+    repeats = [r for r in seen if r.is_repeat]
+    assert [r.config for r in repeats if "surprise" in r.why] == [first_pick]
+    assert "above its prediction" in repeats[0].why
+    assert len(s.readings(first_pick)) == 2
+    assert s.stop_reason
+
+
 def test_guided_without_requests_falls_back_to_tpe_and_says_so(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     policy = make_policy(budget={"trials": 5})
