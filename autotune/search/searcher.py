@@ -14,8 +14,8 @@ capacity within 10% of the target rate), or beat another config meeting the SLO 
 :data:`CLOSE_RACE` (a race one reading cannot call), or read far above what the strategy
 predicted for it (:meth:`~autotune.search.strategy.Strategy.surprise`: a lucky replay looks like
 a discovery). It is read again before the search stops, or with the last trial of the budget,
-so that one favourable reading is never what gets recommended. When the second reading drops it below the runner-up, the new leader is held to
-the same rule.
+so that one favourable reading is never what gets recommended. When the second reading drops
+it below the runner-up, the new leader is held to the same rule.
 """
 
 from __future__ import annotations
