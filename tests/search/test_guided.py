@@ -273,7 +273,7 @@ def test_a_reading_far_above_its_prediction_is_read_again_before_it_is_recommend
     # every config reads its prediction, except the guide's first pick, whose first reading
     # is a lucky replay at twice its prediction: it leads by far, so no close race, yet one
     # reading that far above the model is not trusted
-    policy = make_policy(budget={"trials": 30})
+    policy = make_policy(budget={"trials": 6})
     g = make_guide(requests(), policy.space.configs(), policy)
     s = open_search(policy, "r", "w", f"sqlite:///{tmp_path}/o.db", seed=1,
                     strategy=GuidedStrategy(g))
