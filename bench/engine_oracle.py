@@ -22,9 +22,8 @@ machine the wall-clock throughput also measures everybody else's load (each read
 machine it ran on (:func:`machine`: CPU model, count and a digest of its instruction-set flags);
 readings of one engine are not comparable across machines (``eps005`` window 1 x 16 sequences
 read 93.9-98.4 tok/s on the machine its cache was measured on, 39.2 on a 2-CPU AMD EPYC without
-avx512), so
-only this machine's readings count as measured here and bench/regret_engine.py scores fresh runs
-against this machine's readings only.
+avx512), so only this machine's readings count as measured here, and bench/regret_engine.py
+scores fresh runs against this machine's readings only.
 
 ``--json`` prints, per config, the mean output throughput (wall clock and per engine CPU
 second) and goodput, the acceptance, p99 TTFT/ITL over its readings, and the best/worst

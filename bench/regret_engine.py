@@ -86,8 +86,9 @@ class EngineReader:
 
         path = engine_oracle.cache_path(self.pair)
         here = engine_oracle.machine()
-        rows = engine_oracle.read_cache(path, here)
-        elsewhere = len(engine_oracle.read_cache(path)) - len(rows)
+        every = engine_oracle.read_cache(path)
+        rows = [row for row in every if row.get("machine") == here]
+        elsewhere = len(every) - len(rows)
         if not rows and elsewhere:
             raise SystemExit(f"{path}: the oracle's {elsewhere} readings were taken on another "
                              f"machine than this one ({here}); a real engine's readings do not "
