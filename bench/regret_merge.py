@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--note", default="", help="provenance note kept in the result")
     args = parser.parse_args(argv)
     by_world, source, seeds = merge(args.files, set(args.drop))
-    order = ["chat-low", "chat-high", "code", "math", "mixed"]
+    order = list(dict.fromkeys(u["workload"] for rows in by_world.values() for u in rows))
     out = result(by_world, order, seeds)
     out["provenance"] = {"merged_from": source, **({"note": args.note} if args.note else {})}
     args.out.write_text(json.dumps({"result": out, "units": by_world}, indent=1, default=str))
