@@ -7,11 +7,11 @@ trial of autotune reads a config: a server start with the config's flags, one cl
 of the workload (the first 66 GSM8K test questions: 2 warm-up + 64 measured requests x 24 output
 tokens, 16 in flight, greedy, ``ignore_eos``), then stop. Every reading replays the same
 questions, so readings of one config differ only by what a fresh server run varies (the
-engine's timing), and a regret benchmark's fresh trials (bench/regret_engine.py) read the same
-workload the oracle's truth is the mean over. Configs run from the fastest (16 sequences) to the
-slowest (one sequence), so a partial cache holds whole batching levels. Every reading is one
-line of bench/data/engine-oracle-<pairhash>.jsonl, written as soon as it is read, so an
-interrupted run resumes where it stopped (only the missing readings are taken).
+engine's timing); bench/regret_engine.py replays the same workload for its runs (and takes its
+own held-out oracle from them, not from this cache). Configs run from the fastest (16
+sequences) to the slowest (one sequence), so a partial cache holds whole batching levels. Every
+reading is one line of bench/data/engine-oracle-<pairhash>.jsonl, written as soon as it is read,
+so an interrupted run resumes where it stopped (only the missing readings are taken).
 
 Each reading also records the CPU seconds the server's processes used during the replay (from
 /proc): ``output_tokens_per_model_cpu_s`` is the output throughput per CPU second of the
@@ -22,8 +22,7 @@ machine the wall-clock throughput also measures everybody else's load (each read
 machine it ran on (:func:`machine`: CPU model, count and a digest of its instruction-set flags);
 readings of one engine are not comparable across machines (``eps005`` window 1 x 16 sequences
 read 93.9-98.4 tok/s on the machine its cache was measured on, 39.2 on a 2-CPU AMD EPYC without
-avx512), so only this machine's readings count as measured here, and bench/regret_engine.py
-scores fresh runs against this machine's readings only.
+avx512), so only this machine's readings count as measured here.
 
 ``--json`` prints, per config, the mean output throughput (wall clock and per engine CPU
 second) and goodput, the acceptance, p99 TTFT/ITL over its readings, and the best/worst
