@@ -558,6 +558,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                         help="(world, workload) units in parallel processes (default: cores)")
     args = parser.parse_args(argv)
+    if args.engine and args.engine_seeds < 2:
+        parser.error(f"--engine-seeds {args.engine_seeds}: a real-engine world scores each seed "
+                     f"against the other seeds' readings, so it needs at least 2 (3 gives 2 "
+                     f"readings per config)")
     args.space = FULL_SPACE if args.full_space else SMALL_SPACE
     args.fingerprint = sim_fingerprint()
 
