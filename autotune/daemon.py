@@ -427,6 +427,7 @@ def pass_summary(path: Path, result: TuneResult) -> dict[str, Any]:
             "speedup_vs_baseline": rec.speedup_vs_baseline if rec else None,
             "trials": w.trials,
             "stop_reason": w.stop_reason,
+            "runner_up": w.race.as_dict() if w.race else None,
             "export": str(w.export_path) if w.export_path else None,
         })
     return {"sample": str(path), "run": result.run_id, "status": result.status,

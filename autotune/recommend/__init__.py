@@ -3,7 +3,8 @@
 Choosing the best trial meeting the SLO (:mod:`~autotune.recommend.choose`), the significance
 test against the active recommendation (:mod:`~autotune.recommend.significance`), provenance
 (:mod:`~autotune.recommend.provenance`), the window-by-batch schedule
-(:mod:`~autotune.recommend.schedule`), promotion and export-on-promote
+(:mod:`~autotune.recommend.schedule`), the lead over the runner-up against the replay noise
+(:mod:`~autotune.recommend.runner_up`), promotion and export-on-promote
 (:mod:`~autotune.recommend.promotion`), put together by :func:`recommend_workload`
 (:mod:`~autotune.recommend.workload`). It imports no search strategy: it sees outcomes only.
 """
@@ -14,6 +15,7 @@ from autotune.recommend.choose import Scored, select_best
 from autotune.recommend.feasibility import Feasibility, judge_feasibility, slo_probability
 from autotune.recommend.promotion import export_file_name, export_promoted, should_promote
 from autotune.recommend.provenance import run_provenance, workload_provenance
+from autotune.recommend.runner_up import Race, runner_up_race
 from autotune.recommend.schedule import WindowPoint, window_schedule
 from autotune.recommend.significance import (
     Comparison,
@@ -30,6 +32,7 @@ __all__ = [
     "Comparison",
     "Feasibility",
     "PromotionDecision",
+    "Race",
     "RequestRates",
     "Scored",
     "WindowPoint",
@@ -44,6 +47,7 @@ __all__ = [
     "recommend_workload",
     "request_rates",
     "run_provenance",
+    "runner_up_race",
     "select_best",
     "should_promote",
     "slo_probability",

@@ -25,7 +25,7 @@ from autotune.recommend.significance import (
 )
 from autotune.store import RecommendationRecord, Store
 
-__all__ = ["export_file_name", "export_promoted", "should_promote"]
+__all__ = ["export_file_name", "export_promoted", "should_promote", "trial_rates"]
 
 log = logging.getLogger(__name__)
 
@@ -34,25 +34,26 @@ def should_promote(store: Store, policy: Policy, outcome: Outcome, trial_id: int
                    active: RecommendationRecord | None, remeasured_id: int | None,
                    seed: int) -> PromotionDecision:
     """Promote only a result meeting the SLOs whose gain over ``active`` is significant."""
-    objective = policy.objective.maximize
-    slo = policy.objective.slo.slo()
-
-    def rates(tid: int | None) -> RequestRates | None:
-        trial = store.trial(tid) if tid is not None else None
-        if trial is None or not trial.per_request:
-            return None
-        try:
-            return request_rates(trial.per_request, trial.metrics.get("duration_s"), objective,
-                                 slo)
-        except SearchError as e:
-            log.warning("trial %s: %s", tid, e)
-            return None
-
-    return decide(objective=objective, feasible=outcome.feasible,
-                  constraints=outcome.constraints, new=rates(trial_id),
+    return decide(objective=policy.objective.maximize, feasible=outcome.feasible,
+                  constraints=outcome.constraints, new=trial_rates(store, policy, trial_id),
                   active_id=active.id if active else None,
-                  active=rates(remeasured_id or active.trial_id) if active else None,
+                  active=(trial_rates(store, policy, remeasured_id or active.trial_id)
+                          if active else None),
                   seed=seed)
+
+
+def trial_rates(store: Store, policy: Policy, trial_id: int | None) -> RequestRates | None:
+    """A stored trial's requests as the bootstrap sees them under ``policy``'s objective;
+    None (a warning when they are malformed) when it kept none."""
+    trial = store.trial(trial_id) if trial_id is not None else None
+    if trial is None or not trial.per_request:
+        return None
+    try:
+        return request_rates(trial.per_request, trial.metrics.get("duration_s"),
+                             policy.objective.maximize, policy.objective.slo.slo())
+    except SearchError as e:
+        log.warning("trial %s: %s", trial_id, e)
+        return None
 
 
 def export_file_name(rec: RecommendationRecord) -> str:

@@ -1,7 +1,8 @@
 """A workload's recommendation from its finished search, stored and (when promoted) exported.
 
 :func:`recommend_workload` chooses the best trial (:mod:`autotune.recommend.choose`),
-records its provenance (:mod:`autotune.recommend.provenance`), decides whether it replaces the
+records its provenance (:mod:`autotune.recommend.provenance`) and its lead over the runner-up
+(:mod:`autotune.recommend.runner_up`), decides whether it replaces the
 active recommendation (:mod:`autotune.recommend.promotion`), adds it to the store as active or
 candidate, and exports it when promoted. The result says what happened and why.
 """
@@ -17,8 +18,10 @@ from autotune.objective import Outcome
 from autotune.policy import Policy
 from autotune.recommend.choose import Scored, select_best
 from autotune.recommend.feasibility import Feasibility, judge_feasibility, slo_probability
-from autotune.recommend.promotion import export_promoted, should_promote
+from autotune.recommend.promotion import export_promoted, should_promote, trial_rates
 from autotune.recommend.provenance import workload_provenance
+from autotune.recommend.runner_up import Race, runner_up_race
+from autotune.recommend.significance import Comparison, compare_rates
 from autotune.store import RecommendationRecord, Store
 from autotune.types import Request, TrialConfig
 
@@ -64,6 +67,7 @@ class WorkloadResult:
     reason: str
     stop_reason: str = ""
     feasibility: Feasibility | None = None
+    race: Race | None = None  # against the runner-up: is the lead inside the replay noise?
 
     @property
     def status(self) -> str:
@@ -104,6 +108,8 @@ def recommend_workload(store: Store, policy: Policy, run_id: str, done: Workload
     details["slo_probability"] = slo_probability(readings, slo, target)
     details["readings"] = len(readings)
     details["stop_reason"] = done.stop_reason
+    race = _race(store, policy, done, best, seed)
+    details["runner_up"] = race.as_dict() if race else None
     details["baseline"] = {
         "config": policy.baseline.config().as_dict(),
         "value": base_outcome.value if base_outcome else None,
@@ -124,4 +130,15 @@ def recommend_workload(store: Store, policy: Policy, run_id: str, done: Workload
     export_path = export_promoted(export_dir, rec) if promoted else None
     return WorkloadResult(done.workload, len(done.trials), done.failed, rec, best.outcome,
                           base_outcome, export_path, promoted, rec.reason, done.stop_reason,
-                          feasibility)
+                          feasibility, race)
+
+
+def _race(store: Store, policy: Policy, done: WorkloadTrials, best: Scored,
+          seed: int) -> Race | None:
+    """The recommendation against its runner-up (:mod:`autotune.recommend.runner_up`)."""
+    def compare(a: int, b: int) -> Comparison | None:
+        new, old = trial_rates(store, policy, a), trial_rates(store, policy, b)
+        return compare_rates(new, old, seed=seed) if new and old else None
+
+    return runner_up_race(done.trials, best, policy.objective.slo.slo(),
+                          policy.replay.time_scale, compare)

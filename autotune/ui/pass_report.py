@@ -73,6 +73,8 @@ def pass_notes(results: Sequence[WorkloadResult]) -> list[str]:
             n = r.recommendation.provenance.get("readings", 1) if r.recommendation else 1
             parts.append(f"meets the SLO with probability {p:.2f} ({n} reading"
                          f"{'s' if n != 1 else ''})")
+        if r.race is not None and r.race.close:
+            parts.append(r.race.describe())
         if r.stop_reason:
             parts.append(f"search stopped: {r.stop_reason}")
         if r.export_path:

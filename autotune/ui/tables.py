@@ -16,7 +16,7 @@ from autotune.store import RecommendationRecord, RunRecord, TrialRecord
 from autotune.store.records import iso
 from autotune.ui.console import fmt_num
 
-__all__ = ["OBJECTIVE_LABELS", "config_label", "inspect_table", "new_table",
+__all__ = ["OBJECTIVE_LABELS", "close_race_note", "config_label", "inspect_table", "new_table",
            "recommendations_table", "runs_table", "trials_table"]
 
 #: Column header of each objective, with its unit.
@@ -109,7 +109,21 @@ def recommendations_table(rows: Sequence[RecommendationRecord], *,
         t.add_row(*cells)
         if r.reason:
             notes.append(f"{r.workload} #{r.id} ({r.status}): {r.reason}")
+        race = r.provenance.get("runner_up") or {}
+        if race.get("close_race"):
+            notes.append(f"{r.workload} #{r.id}: {close_race_note(race)}")
     return t, notes
+
+
+def close_race_note(race: Mapping[str, Any]) -> str:
+    """A stored close race (``provenance.runner_up``) in one line."""
+    config = race.get("config")
+    other = config_label(config) if isinstance(config, Mapping) else "the runner-up"
+    ci = race.get("lead_ci") or [None, None]
+    interval = (f" (95% interval {ci[0]:+.1%} to {ci[1]:+.1%})"
+                if None not in ci else "")
+    return (f"a close race: leads {other} by only {race.get('lead', 0.0):.1%}{interval}, "
+            f"inside the measured noise; either may serve better")
 
 
 def speedup_cell(r: RecommendationRecord) -> str:
