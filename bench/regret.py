@@ -77,6 +77,7 @@ BUDGET = 12          # the default policy's budget.trials (baseline included)
 EQUAL_BUDGET = 6     # regret_at_6
 LONG_RUN = 60        # tpe/random run on (through the space) to find when they reach 2%
 FRESH_BASE = 100000  # fresh replay seeds start here; the oracle's are 1000 + repeat
+SAID_LOSS = 0.01     # a guided run losing more than this should say its race was close
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -330,6 +331,23 @@ def recommended(trials: Sequence[tuple[Any, Reading]]) -> Any:
     return best.config if best is not None else None
 
 
+def race(trials: Sequence[tuple[Any, Reading]]) -> dict[str, Any]:
+    """Whether the recommendation of ``trials`` says it is a close race with its runner-up
+    (autotune/recommend/runner_up.py). The readings here keep no requests, so the noise is
+    the repeats' alone: a run that read nothing twice never says it."""
+    from autotune.objective import Outcome
+    from autotune.recommend.choose import Scored, select_best
+    from autotune.recommend.runner_up import runner_up_race
+
+    scored = [Scored(i, c, Outcome(r.value, r.constraints, r.summary))
+              for i, (c, r) in enumerate(trials)]
+    best = select_best(scored)
+    found = (runner_up_race(scored, best, None, 1.0, lambda a, b: None)
+             if best is not None else None)
+    return {"close_race": bool(found and found.close),
+            "lead": round(found.lead, 4) if found else None}
+
+
 def run_searcher(reader: Any, method: str, seed: int, budget: int) -> Run:
     from autotune.objective import Outcome
     from autotune.search import open_search
@@ -425,7 +443,7 @@ def score_methods(reader: Any, seeds: int, t0: float) -> UnitResult:
                    "to_2pct": runs_to(table, run.trials, 0.02),
                    "chosen": chosen.short() if chosen else None,
                    "stop": run.stop_reason,
-                   "trials": [c.short() for c, _ in head]}
+                   "trials": [c.short() for c, _ in head], **race(head)}
             if any(t is not tables[0] for t in tables):  # the seed's own oracle and default
                 oracle_c, oracle_v = table.oracle()
                 row.update(oracle=oracle_c.short(), oracle_value=oracle_v,
@@ -481,10 +499,24 @@ def summarize(units: Sequence[dict[str, Any]], seeds: int) -> dict[str, Any]:
         if m in ("guided", "tpe", "random"):
             to2 = _median(pooled(m, "to_2pct"))
             methods[m]["median_runs_to_2pct"] = to2 if math.isfinite(to2) else None
+        if m == "guided":
+            methods[m].update(_said_close(units))
     methods["default"] = {"median_regret": round(_median([u["default_regret"]
                                                           for u in units]), 4)}
     return {"workloads": sorted({u["workload"] for u in units}), "seeds": seeds,
             "methods": methods}
+
+
+def _said_close(units: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """How often guided's recommendation says it is a close race: among its runs that lost
+    more than :data:`SAID_LOSS` (a loss it should own up to) and among the others (a close race
+    said where nothing was lost costs trust, not regret). None: no such run, or rows recorded
+    before the race was."""
+    rows = [row for u in units for row in u["runs"]["guided"] if "close_race" in row]
+    lost = [row["close_race"] for row in rows if row["regret"] > SAID_LOSS]
+    kept = [row["close_race"] for row in rows if row["regret"] <= SAID_LOSS]
+    return {"losses_said_close": round(sum(lost) / len(lost), 4) if lost else None,
+            "others_said_close": round(sum(kept) / len(kept), 4) if kept else None}
 
 
 def checks(name: str, res: dict[str, Any], units: Sequence[dict[str, Any]]) -> list[str]:
@@ -547,6 +579,10 @@ def main(argv: list[str] | None = None) -> int:
                              "fresh server runs, each seed scored on the other seeds' readings)")
     parser.add_argument("--engine-seeds", type=int, default=3,
                         help="seeds per method on a real-engine world")
+    parser.add_argument("--engine-machine", metavar="MACHINE",
+                        help="score the real-engine readings MACHINE took (as --cache keys "
+                             "them: engine_oracle.machine()) without measuring: a reading the "
+                             "cache lacks is an error. Re-scores a recorded run elsewhere.")
     parser.add_argument("--methods", nargs="*", choices=METHODS, default=list(METHODS),
                         help="the search methods to score (default: all; the seed default is "
                              "always scored)")
@@ -558,6 +594,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                         help="(world, workload) units in parallel processes (default: cores)")
     args = parser.parse_args(argv)
+    if args.engine_machine and not (args.engine and args.cache):
+        parser.error("--engine-machine re-scores cached readings: it needs --engine and --cache")
     if args.engine and args.engine_seeds < 2:
         parser.error(f"--engine-seeds {args.engine_seeds}: a real-engine world scores each seed "
                      f"against the other seeds' readings, so it needs at least 2 (3 gives 2 "

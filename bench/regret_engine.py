@@ -58,11 +58,14 @@ class EngineReader:
                            "GSM8K questions, closed loop, 16 in flight")
         self.long_run = len(self.policy.space.configs())
         self.grid_runs: int | None = BUDGET
-        self.backend = create_backend(engine_oracle.BACKEND, self.policy.serve.spec(),
-                                      engine_oracle.backend_options(), 0)
+        #: re-scoring another machine's cached readings (--engine-machine): nothing is run
+        self.replay_of = getattr(args, "engine_machine", None)
+        self.backend = (None if self.replay_of else
+                        create_backend(engine_oracle.BACKEND, self.policy.serve.spec(),
+                                       engine_oracle.backend_options(), 0))
         # a reading belongs to the machine that took it (engine_oracle.machine())
         self.key = (f"{world.name}|{self.pair.digest}|{engine_oracle.WORKLOAD_TAG}|"
-                    f"{engine_oracle.machine()}")
+                    f"{self.replay_of or engine_oracle.machine()}")
         self.cache = ReadingCache(args.cache, self.key)
 
     @property
@@ -102,6 +105,10 @@ class EngineReader:
         from autotune.predict import decode_stats
         from autotune.types import ReplaySchedule
 
+        if self.backend is None:
+            raise SystemExit(f"--engine-machine {self.replay_of!r}: {self.args.cache} holds no "
+                             f"reading of {self.world.name} {config.short()} at replay seed "
+                             f"{replay_seed} taken on that machine; re-scoring measures nothing")
         schedule = ReplaySchedule(self.wl.requests, mode="closed",
                                   concurrency=engine_oracle.CONCURRENCY,
                                   warmup_requests=engine_oracle.WARMUP, seed=replay_seed)
