@@ -128,17 +128,6 @@ def _race_of(db_url: str, sample: Path, tmp_path: Path, pol: object) -> Any:
     return race
 
 
-def test_a_pass_stores_its_race_with_the_recommendation(db_url: str, small_sample: Path,
-                                                       tmp_path: Path) -> None:
-    # a chunk of 8192 against 16384 tokens on short chat prompts: the same schedule, so the
-    # two serve alike and one reading each cannot rank them
-    race = _race_of(db_url, small_sample, tmp_path,
-                    _policy("max_num_batched_tokens", [8192, 16384], 4))
-    assert race is not None and race["close_race"] is True
-    low, high = race["lead_ci"]
-    assert low <= 0 <= high
-
-
 def test_a_pass_with_a_clear_winner_is_no_close_race(db_url: str, small_sample: Path,
                                                      tmp_path: Path) -> None:
     # one sequence at a time against eight: throughput differs several-fold
@@ -173,3 +162,6 @@ def test_the_cli_says_a_close_race_in_the_pass_and_the_listing(
                                           "json"]).stdout)
     races = [r["provenance"]["runner_up"] for r in rows]
     assert races and all(r["close_race"] for r in races)
+    for race in races:  # 8192 against 16384 tokens on short chat prompts: the same schedule
+        low, high = race["lead_ci"]
+        assert low <= 0 <= high and race["config"]["max_num_batched_tokens"] in (8192, 16384)
