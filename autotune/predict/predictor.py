@@ -51,7 +51,7 @@ from autotune.acceptance import (
 from autotune.predict.facts import Facts
 from autotune.predict.observation import Observation
 from autotune.predict.replica import ReplicaOutcomes, predict_replica
-from autotune.predict.residual import GP_SCALE, fit_margin, fit_residual, unpinned
+from autotune.predict.residual import GP_SCALE, fit_margin, fit_residual, uncapped, unpinned
 from autotune.predict.step_cost import StepCostModel
 from autotune.predict.workload import ConfigGrid, ReplicaFactors, WorkloadModel
 from autotune.types import Request, Slo, TrialConfig
@@ -360,6 +360,10 @@ class Predictor:
         w = w / w.sum()
         members = [self._member(fit, grid_all) for _, fit in fits]
         mean, var = _mixture(w, [m.log_mean for m in members], [m.log_var for m in members])
+        # more slots than a run ever filled are not much worse than that run (residual.uncapped)
+        for i, floor in uncapped(grid_all, [(o.config, o.value, o.batch) for o in self.measured
+                                            if o.feasible and o.value and o.batch is not None]):
+            mean[i] = max(mean[i], floor)
         margin, margin_var = _mixture(w, [m.margin for m in members],
                                       [m.margin_var for m in members])
         self.model_error = float(w @ np.asarray([m.model_error for m in members]))

@@ -298,3 +298,21 @@ def test_unpinned_is_zero_at_a_run_and_grows_with_distance_in_prefill_budget() -
     assert share[4] == pytest.approx(share[2])  # one doubling either way
     assert (unpinned(configs, 8, []) == 1.0).all()
     assert unpinned(configs, 8, [0, 3])[2] < share[2]  # runs on both sides pin the middle
+
+
+def test_floors_come_from_uncapped_runs_for_higher_caps_only() -> None:
+    """``max_num_seqs`` is a cap: a run whose mean decoding batch stayed far below it makes
+    (almost) the same steps with a higher cap, so those configs may not be predicted much
+    below it; a run that filled its slots, or another window or budget, says nothing."""
+    from autotune.predict.residual import MORE_SLOTS_LOSS, uncapped
+
+    configs = [TrialConfig(n, False, s, t) for n in (1, 3) for s in (8, 32, 128)
+               for t in (2048, 8192)]
+    index = {c: i for i, c in enumerate(configs)}
+    light, other = TrialConfig(1, False, 8, 8192), TrialConfig(1, False, 32, 8192)
+    stand = dict(uncapped(configs, [(light, 2.0, 1.9), (other, 2.5, 3.0)]))
+    # 32 was measured itself; 128 takes the better of the two runs that stand for it
+    assert stand == {index[TrialConfig(1, False, 128, 8192)]:
+                     pytest.approx(math.log(2.5) - MORE_SLOTS_LOSS)}
+    # a mean batch of 4 would fill 8 slots 5% of the time: the cap bound now and then
+    assert uncapped(configs, [(light, 2.0, 4.0)]) == []
