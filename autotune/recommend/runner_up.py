@@ -15,8 +15,8 @@ from the noise this run measured, the wider of:
   replays: the machine, the arrivals, the batching.
 * **requests** — the bootstrap interval of the two trials' rates
   (:func:`~autotune.recommend.significance.compare_rates`): which requests one replay happened
-  to measure. It is the only estimate when nothing was read twice, and it is narrower than the
-  replay-to-replay noise on a busy machine, which the text says.
+  to measure. It is the only estimate when nothing was read twice; it leaves out what varies
+  between replays of the same requests (the machine, the batching), which the text then says.
 
 The race is **close** when that interval includes zero: the runner-up may serve as well, and
 more readings of both (or a longer sample) would be needed to rank them.
