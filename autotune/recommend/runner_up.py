@@ -31,14 +31,11 @@ from typing import Any
 
 from autotune.objective import Outcome, meets_target
 from autotune.recommend.choose import Scored, select_best
-from autotune.recommend.significance import Comparison
+from autotune.recommend.significance import CONFIDENCE, Comparison
 from autotune.slo import Slo
 from autotune.types import TrialConfig
 
 __all__ = ["Race", "reading_spread", "runner_up_race"]
-
-#: Two-sided 95% normal quantile of the lead's interval from repeated readings.
-Z95 = 1.959964
 
 
 @dataclass(frozen=True)
@@ -129,7 +126,9 @@ def runner_up_race(trials: Sequence[Scored], best: Scored, slo: Slo | None, targ
     sd, repeated = reading_spread(trials)
     intervals: list[tuple[float, float, str]] = []
     if sd is not None:
-        half = Z95 * sd * math.sqrt(1.0 / n_best + 1.0 / n_second)
+        from scipy.stats import norm
+
+        half = float(norm.ppf(0.5 + CONFIDENCE / 2)) * sd * math.sqrt(1.0 / n_best + 1.0 / n_second)
         ratio = 1.0 + lead
         intervals.append((ratio * math.exp(-half) - 1.0, ratio * math.exp(half) - 1.0,
                           "repeated readings"))
