@@ -2,8 +2,9 @@
 
 A Gaussian process on (window / block, adaptive, log2 max_num_seqs, log2
 max_num_batched_tokens) in log-objective space: a workload-wide offset plus a
-squared-exponential model error whose size is chosen by type-II maximum likelihood. It gives
-every prediction its mean correction and its standard deviation.
+squared-exponential model error whose size, and how far it carries along ``max_num_seqs``, are
+chosen by type-II maximum likelihood. It gives every prediction its mean correction and its
+standard deviation.
 """
 
 from __future__ import annotations
@@ -35,6 +36,15 @@ _FAR_WEIGHT = 0.3        # extra residual noise per unit of log distance below t
 _LEVEL_SHARE = 0.5
 #: GP lengthscales on (window / block, adaptive, log2 max_num_seqs, log2 max_num_batched_tokens)
 _LENGTHS = np.array([0.25, 0.8, 1.5, 1.2])
+#: The lengthscales along log2 ``max_num_seqs`` the value's GP chooses from (log-normal prior
+#: around _LENGTHS' 1.5, sd _SCALE_PRIOR_SD). Whether the model's error carries from one cap to
+#: another is the workload's: where batches stay below every cap the space offers, configs
+#: that differ only in it read alike (one CPU core: 32 and 128 sequences within 0.5% of each
+#: other on every workload), while a burst the cap clips can set them 36% apart. Runs that
+#: differ only in the cap show which it is; with 1.5 alone, a run at 8 sequences left the
+#: same config at 128 with 97% of its prior variance.
+_SLOT_LENGTHS = (1.5, 3.0, 6.0)
+_SLOT_AXIS = 2
 
 
 def _features(configs: Sequence[TrialConfig], block: int) -> FloatArray:
@@ -55,18 +65,26 @@ def _kernel(a: FloatArray, b: FloatArray, scale: float = GP_SCALE,
 def _model_error(resid: FloatArray, x: FloatArray, noise: FloatArray,
                  scales: Sequence[float] = _SCALES, center: float = GP_SCALE,
                  prior_sd: float = _SCALE_PRIOR_SD, offset: float = GP_OFFSET,
-                 lengths: FloatArray = _LENGTHS) -> float:
+                 lengths: FloatArray = _LENGTHS,
+                 slot_lengths: Sequence[float] = ()) -> tuple[float, FloatArray]:
     """The model-error sd that best explains the residuals (type-II maximum likelihood with a
-    log-normal prior around ``center``): small when the runs agree with the model."""
-    best, best_score = center, -math.inf
-    for scale in scales:
-        k = _kernel(x, x, scale, offset, lengths) + np.diag(noise)
-        sign, logdet = np.linalg.slogdet(k)
-        fit = float(resid @ np.linalg.solve(k, resid))
-        prior = (math.log(scale / center) / prior_sd) ** 2
-        score = -0.5 * (fit + logdet + prior)
-        if sign > 0 and score > best_score:
-            best, best_score = scale, score
+    log-normal prior around ``center``): small when the runs agree with the model; with the
+    lengthscale along ``max_num_seqs`` chosen the same way among ``slot_lengths`` (none: the
+    one of ``lengths``)."""
+    default = float(lengths[_SLOT_AXIS])
+    best, best_score = (center, lengths), -math.inf
+    for slot in slot_lengths or (default,):
+        ls = lengths.copy()
+        ls[_SLOT_AXIS] = slot
+        slot_prior = (math.log(slot / default) / _SCALE_PRIOR_SD) ** 2
+        for scale in scales:
+            k = _kernel(x, x, scale, offset, ls) + np.diag(noise)
+            sign, logdet = np.linalg.slogdet(k)
+            fit = float(resid @ np.linalg.solve(k, resid))
+            prior = (math.log(scale / center) / prior_sd) ** 2 + slot_prior
+            score = -0.5 * (fit + logdet + prior)
+            if sign > 0 and score > best_score:
+                best, best_score = (scale, ls), score
     return best
 
 
@@ -99,10 +117,11 @@ def fit_residual(configs: Sequence[TrialConfig], model_log: FloatArray, block: i
     # a model that misses the very runs it was fitted to by a common factor is not to be
     # trusted to a few per cent in how it ranks the configs between them
     floor = _LEVEL_SHARE * abs(float(resid.mean()))
-    scale = _model_error(resid, x, noise,
-                         [s for s in _SCALES if s >= floor] or [_SCALES[-1]])
-    k_xx = _kernel(x, x, scale) + np.diag(noise)
-    k_sx = _kernel(feats, x, scale)
+    scale, lengths = _model_error(resid, x, noise,
+                                  [s for s in _SCALES if s >= floor] or [_SCALES[-1]],
+                                  slot_lengths=_SLOT_LENGTHS)
+    k_xx = _kernel(x, x, scale, lengths=lengths) + np.diag(noise)
+    k_sx = _kernel(feats, x, scale, lengths=lengths)
     alpha = np.linalg.solve(k_xx, resid)
     v = np.linalg.solve(k_xx, k_sx.T)
     var = np.maximum(GP_OFFSET**2 + scale**2 - (k_sx * v.T).sum(axis=1), 1e-8)
@@ -187,8 +206,8 @@ def fit_margin(configs: Sequence[TrialConfig], model_margin: FloatArray, block: 
                         for i, m, censored in measured])
     x = feats[rows]
     noise = np.full(len(rows), MARGIN_NOISE**2)
-    scale = _model_error(resid, x, noise, _MARGIN_SCALES, MARGIN_SCALE, 1.0, MARGIN_OFFSET,
-                         _MARGIN_LENGTHS)
+    scale, _ = _model_error(resid, x, noise, _MARGIN_SCALES, MARGIN_SCALE, 1.0, MARGIN_OFFSET,
+                            _MARGIN_LENGTHS)
     k_xx = _kernel(x, x, scale, MARGIN_OFFSET, _MARGIN_LENGTHS) + np.diag(noise)
     k_sx = _kernel(feats, x, scale, MARGIN_OFFSET, _MARGIN_LENGTHS)
     alpha = np.linalg.solve(k_xx, resid)

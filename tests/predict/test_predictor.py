@@ -316,3 +316,18 @@ def test_floors_come_from_uncapped_runs_for_higher_caps_only() -> None:
                      pytest.approx(math.log(2.5) - MORE_SLOTS_LOSS)}
     # a mean batch of 4 would fill 8 slots 5% of the time: the cap bound now and then
     assert uncapped(configs, [(light, 2.0, 4.0)]) == []
+
+
+def test_runs_that_read_alike_across_the_cap_carry_their_reading_to_the_other_caps() -> None:
+    """How far the model's error carries along ``max_num_seqs`` is learned from runs that
+    differ only in it: where two caps read alike (batches below both), the third is nearly
+    known; where they read apart (a burst the smaller cap clipped), it stays uncertain."""
+    from autotune.predict.residual import fit_residual
+
+    configs = [TrialConfig(1, False, s, 8192) for s in (8, 32, 128)]
+    model = np.zeros(len(configs))
+    alike = fit_residual(configs, model, 8, [(0, math.exp(0.3)), (1, math.exp(0.3))])
+    apart = fit_residual(configs, model, 8, [(0, math.exp(0.3)), (1, math.exp(-0.1))])
+    assert alike.log_mean[2] == pytest.approx(0.3, abs=0.05)
+    # with the lengthscale fixed at 1.5 (log2 units) the two were 0.223 and 0.235
+    assert alike.log_sd[2] < 0.6 * apart.log_sd[2]
