@@ -39,10 +39,10 @@ _LENGTHS = np.array([0.25, 0.8, 1.5, 1.2])
 #: The lengthscales along log2 ``max_num_seqs`` the value's GP chooses from (log-normal prior
 #: around _LENGTHS' 1.5, sd _SCALE_PRIOR_SD). Whether the model's error carries from one cap to
 #: another is the workload's: where batches stay below every cap the space offers, configs
-#: that differ only in it read alike (one CPU core: 32 and 128 sequences within 0.5% of each
-#: other on every workload), while a burst the cap clips can set them 36% apart. Runs that
+#: that differ only in it read alike (one CPU core, chat-high, window 1, 2048 tokens: 32 and
+#: 128 sequences within 1.3%), while a burst the cap clips can set them 36% apart. Runs that
 #: differ only in the cap show which it is; with 1.5 alone, a run at 8 sequences left the
-#: same config at 128 with 97% of its prior variance.
+#: same config at 128 with 98% of its prior variance.
 _SLOT_LENGTHS = (1.5, 3.0, 6.0)
 _SLOT_AXIS = 2
 
