@@ -27,6 +27,7 @@ K = 2
 class _Script(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.0"
     server: FakeServer
+    _counted = False
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -71,16 +72,25 @@ class _Script(BaseHTTPRequestHandler):
             srv.in_flight += 1
             srv.max_in_flight = max(srv.max_in_flight, srv.in_flight)
             srv.in_flight_at_arrival.append(srv.in_flight)
+        self._counted = True
         try:
             self._answer(body)
         finally:
-            with srv.lock:
-                srv.in_flight -= 1
+            self._leave()
+
+    def _leave(self) -> None:
+        # Called just before the last bytes go out: once the client holds them it may send its
+        # next request, which must not find this one still counted in flight.
+        if self._counted:
+            with self.server.lock:
+                self.server.in_flight -= 1
+            self._counted = False
 
     def _answer(self, body: dict[str, Any]) -> None:
         prompt = body["prompt"]
         spec = dict(kv.split("=") for kv in prompt.split()) if isinstance(prompt, str) else {}
         if "status" in spec:
+            self._leave()
             self._json(int(spec["status"]),
                        {"error": {"message": "max_tokens too large", "code": 400}})
             return
@@ -104,6 +114,7 @@ class _Script(BaseHTTPRequestHandler):
             if sent < n:
                 time.sleep(float(spec.get("gap", 0)))
         usage = {"choices": [], "usage": {"completion_tokens": n}}
+        self._leave()
         self.wfile.write(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
 
 
