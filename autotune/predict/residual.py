@@ -2,9 +2,9 @@
 
 A Gaussian process on (window / block, adaptive, log2 max_num_seqs, log2
 max_num_batched_tokens) in log-objective space: a workload-wide offset plus a
-squared-exponential model error whose size, and how far it carries along ``max_num_seqs``, are
-chosen by type-II maximum likelihood. It gives every prediction its mean correction and its
-standard deviation.
+squared-exponential model error whose size, how far it carries along ``max_num_seqs``, and how
+much of it is the batching's alone (shared by every window) are chosen by type-II maximum
+likelihood. It gives every prediction its mean correction and its standard deviation.
 """
 
 from __future__ import annotations
@@ -45,6 +45,17 @@ _LENGTHS = np.array([0.25, 0.8, 1.5, 1.2])
 #: same config at 128 with 98% of its prior variance.
 _SLOT_LENGTHS = (1.5, 3.0, 6.0)
 _SLOT_AXIS = 2
+#: The shares of the model-error variance the value's GP chooses from for a part that depends
+#: on the batching knobs alone (log2 ``max_num_seqs`` and ``max_num_batched_tokens``), the same
+#: at every window and verification mode. What the replica model gets wrong about a prefill
+#: budget or a slot count (its chunk stalls, its slot wait) is mostly the engine's, not the
+#: drafter's. With the window's short lengthscale alone, a budget's gain read at one window
+#: reaches the next window at a correlation of about 0.6 (Kimi EAGLE-3, code: window 5 read
+#: 6.94 at 2048 tokens and 5.71 at 8192, window 3 read 5.76 at 8192, and the model kept window
+#: 3 at 2048 at 5.2-6.3; it reads 6.98). Runs at two windows that move alike with the budget
+#: choose a share; runs that move apart choose none.
+_BATCHING_SHARES = (0.0, 0.5, 0.8)
+_BATCHING_AXES = slice(2, 4)
 
 
 def _features(configs: Sequence[TrialConfig], block: int) -> FloatArray:
@@ -55,36 +66,43 @@ def _features(configs: Sequence[TrialConfig], block: int) -> FloatArray:
 
 
 def _kernel(a: FloatArray, b: FloatArray, scale: float = GP_SCALE,
-            offset: float = GP_OFFSET, lengths: FloatArray = _LENGTHS) -> FloatArray:
-    """A workload-wide offset plus a squared-exponential model error of sd ``scale``."""
-    d = (a[:, None, :] - b[None, :, :]) / lengths
-    out: FloatArray = offset**2 + scale**2 * np.exp(-0.5 * (d**2).sum(axis=2))
+            offset: float = GP_OFFSET, lengths: FloatArray = _LENGTHS,
+            share: float = 0.0) -> FloatArray:
+    """A workload-wide offset plus a squared-exponential model error of sd ``scale``, of which
+    a ``share`` of the variance depends on the batching knobs alone."""
+    d2 = ((a[:, None, :] - b[None, :, :]) / lengths) ** 2
+    full = np.exp(-0.5 * d2.sum(axis=2))
+    if share:
+        full = (1.0 - share) * full + share * np.exp(-0.5 * d2[:, :, _BATCHING_AXES].sum(axis=2))
+    out: FloatArray = offset**2 + scale**2 * full
     return out
 
 
 def _model_error(resid: FloatArray, x: FloatArray, noise: FloatArray,
                  scales: Sequence[float] = _SCALES, center: float = GP_SCALE,
                  prior_sd: float = _SCALE_PRIOR_SD, offset: float = GP_OFFSET,
-                 lengths: FloatArray = _LENGTHS,
-                 slot_lengths: Sequence[float] = ()) -> tuple[float, FloatArray]:
+                 lengths: FloatArray = _LENGTHS, slot_lengths: Sequence[float] = (),
+                 shares: Sequence[float] = (0.0,)) -> tuple[float, FloatArray, float]:
     """The model-error sd that best explains the residuals (type-II maximum likelihood with a
     log-normal prior around ``center``): small when the runs agree with the model; with the
     lengthscale along ``max_num_seqs`` chosen the same way among ``slot_lengths`` (none: the
-    one of ``lengths``)."""
+    one of ``lengths``), and the batching-only share of its variance among ``shares`` (the
+    first wins a tie)."""
     default = float(lengths[_SLOT_AXIS])
-    best, best_score = (center, lengths), -math.inf
+    best, best_score = (center, lengths, shares[0]), -math.inf
     for slot in slot_lengths or (default,):
         ls = lengths.copy()
         ls[_SLOT_AXIS] = slot
         slot_prior = (math.log(slot / default) / _SCALE_PRIOR_SD) ** 2
-        for scale in scales:
-            k = _kernel(x, x, scale, offset, ls) + np.diag(noise)
-            sign, logdet = np.linalg.slogdet(k)
-            fit = float(resid @ np.linalg.solve(k, resid))
-            prior = (math.log(scale / center) / prior_sd) ** 2 + slot_prior
-            score = -0.5 * (fit + logdet + prior)
-            if sign > 0 and score > best_score:
-                best, best_score = (scale, ls), score
+        for share in shares:
+            for scale in scales:
+                k = _kernel(x, x, scale, offset, ls, share) + np.diag(noise)
+                sign, logdet = np.linalg.slogdet(k)
+                fit = float(resid @ np.linalg.solve(k, resid))
+                prior = (math.log(scale / center) / prior_sd) ** 2 + slot_prior
+                score = -0.5 * (fit + logdet + prior)
+                if sign > 0 and score > best_score:
+                    best, best_score = (scale, ls, share), score
     return best
 
 
@@ -117,11 +135,11 @@ def fit_residual(configs: Sequence[TrialConfig], model_log: FloatArray, block: i
     # a model that misses the very runs it was fitted to by a common factor is not to be
     # trusted to a few per cent in how it ranks the configs between them
     floor = _LEVEL_SHARE * abs(float(resid.mean()))
-    scale, lengths = _model_error(resid, x, noise,
-                                  [s for s in _SCALES if s >= floor] or [_SCALES[-1]],
-                                  slot_lengths=_SLOT_LENGTHS)
-    k_xx = _kernel(x, x, scale, lengths=lengths) + np.diag(noise)
-    k_sx = _kernel(feats, x, scale, lengths=lengths)
+    scale, lengths, share = _model_error(resid, x, noise,
+                                         [s for s in _SCALES if s >= floor] or [_SCALES[-1]],
+                                         slot_lengths=_SLOT_LENGTHS, shares=_BATCHING_SHARES)
+    k_xx = _kernel(x, x, scale, lengths=lengths, share=share) + np.diag(noise)
+    k_sx = _kernel(feats, x, scale, lengths=lengths, share=share)
     alpha = np.linalg.solve(k_xx, resid)
     v = np.linalg.solve(k_xx, k_sx.T)
     var = np.maximum(GP_OFFSET**2 + scale**2 - (k_sx * v.T).sum(axis=1), 1e-8)
@@ -206,8 +224,8 @@ def fit_margin(configs: Sequence[TrialConfig], model_margin: FloatArray, block: 
                         for i, m, censored in measured])
     x = feats[rows]
     noise = np.full(len(rows), MARGIN_NOISE**2)
-    scale, _ = _model_error(resid, x, noise, _MARGIN_SCALES, MARGIN_SCALE, 1.0, MARGIN_OFFSET,
-                            _MARGIN_LENGTHS)
+    scale, _, _ = _model_error(resid, x, noise, _MARGIN_SCALES, MARGIN_SCALE, 1.0,
+                               MARGIN_OFFSET, _MARGIN_LENGTHS)
     k_xx = _kernel(x, x, scale, MARGIN_OFFSET, _MARGIN_LENGTHS) + np.diag(noise)
     k_sx = _kernel(feats, x, scale, MARGIN_OFFSET, _MARGIN_LENGTHS)
     alpha = np.linalg.solve(k_xx, resid)

@@ -331,3 +331,26 @@ def test_runs_that_read_alike_across_the_cap_carry_their_reading_to_the_other_ca
     assert alike.log_mean[2] == pytest.approx(0.3, abs=0.05)
     # with the lengthscale fixed at 1.5 (log2 units) the two were 0.223 and 0.235
     assert alike.log_sd[2] < 0.6 * apart.log_sd[2]
+
+
+def test_a_budget_gain_read_at_one_window_carries_to_a_window_that_reads_alike() -> None:
+    """How much of the model's error belongs to the batching alone, the same at every window,
+    is learned from the runs: a 2048-token gain read at window 5, where window 3 read like
+    window 5 at 8192 tokens, is nearly the gain expected at window 3; where windows 1 and 5
+    moved apart with the budget, window 3's stays uncertain."""
+    from autotune.predict.residual import fit_residual
+
+    configs = [TrialConfig(w, False, 128, t) for w in (1, 3, 5, 7) for t in (2048, 8192)]
+    at = {(c.num_speculative_tokens, c.max_num_batched_tokens): i for i, c in enumerate(configs)}
+    model = np.zeros(len(configs))
+
+    def fit(readings: dict[tuple[int, int], float]) -> tuple[float, float]:
+        res = fit_residual(configs, model, 7, [(at[k], math.exp(v)) for k, v in readings.items()])
+        return float(res.log_mean[at[3, 2048]]), float(res.log_sd[at[3, 2048]])
+
+    gain = {(5, 8192): 0.0, (5, 2048): 0.2}
+    alike_mean, alike_sd = fit(gain | {(3, 8192): 0.0, (1, 8192): 0.0})
+    _, apart_sd = fit(gain | {(1, 8192): 0.0, (1, 2048): -0.2})
+    # with the window's lengthscale alone: 0.126 and sd 0.088 against 0.116
+    assert alike_mean == pytest.approx(0.2, abs=0.03)
+    assert alike_sd < 0.6 * apart_sd

@@ -113,7 +113,7 @@ def test_parallel_asks_never_hand_out_the_same_config(strategy: str, tmp_path: P
 def test_a_resumed_search_repeats_no_finished_trial(strategy: str, tmp_path: Path) -> None:
     s = search(strategy, tmp_path, trials=5)
     done = []
-    for _ in range(3):
+    for _ in range(2):  # guided may find this landscape's best with its third trial and stop
         sug = s.ask()
         assert sug is not None
         s.tell(sug, score(sug.config))
@@ -121,7 +121,7 @@ def test_a_resumed_search_repeats_no_finished_trial(strategy: str, tmp_path: Pat
     assert s.ask() is not None  # a "crash": asked, never told
     resumed = search(strategy, tmp_path, trials=5, past=done)
     rest = drive(resumed)
-    assert [n for n, _, _ in rest][:1] == [3]
+    assert [n for n, _, _ in rest][:1] == [2]
     assert not any(b for _, _, b in rest)
     assert not {c for _, c, _ in rest} & {p.config for p in done}
 
