@@ -9,6 +9,7 @@ likelihood. It gives every prediction its mean correction and its standard devia
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -90,19 +91,17 @@ def _model_error(resid: FloatArray, x: FloatArray, noise: FloatArray,
     first wins a tie)."""
     default = float(lengths[_SLOT_AXIS])
     best, best_score = (center, lengths, shares[0]), -math.inf
-    for slot in slot_lengths or (default,):
+    for slot, share, scale in itertools.product(slot_lengths or (default,), shares, scales):
         ls = lengths.copy()
         ls[_SLOT_AXIS] = slot
-        slot_prior = (math.log(slot / default) / _SCALE_PRIOR_SD) ** 2
-        for share in shares:
-            for scale in scales:
-                k = _kernel(x, x, scale, offset, ls, share) + np.diag(noise)
-                sign, logdet = np.linalg.slogdet(k)
-                fit = float(resid @ np.linalg.solve(k, resid))
-                prior = (math.log(scale / center) / prior_sd) ** 2 + slot_prior
-                score = -0.5 * (fit + logdet + prior)
-                if sign > 0 and score > best_score:
-                    best, best_score = (scale, ls, share), score
+        k = _kernel(x, x, scale, offset, ls, share) + np.diag(noise)
+        sign, logdet = np.linalg.slogdet(k)
+        fit = float(resid @ np.linalg.solve(k, resid))
+        prior = ((math.log(scale / center) / prior_sd) ** 2
+                 + (math.log(slot / default) / _SCALE_PRIOR_SD) ** 2)
+        score = -0.5 * (fit + logdet + prior)
+        if sign > 0 and score > best_score:
+            best, best_score = (scale, ls, share), score
     return best
 
 
