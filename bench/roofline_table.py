@@ -1,12 +1,15 @@
-"""Derive a step-time table for Llama-3.1-70B-Instruct + EAGLE-3 on 4x H100 SXM (TP4).
+"""Derive step-time tables for the simulator's table cost law from a roofline.
 
-No H100 is at hand, so this table is *derived*, not measured, and from a physics deliberately
-unlike the simulator's analytic law and the guided search's predictor (both sum independent
-parts): a roofline, where one forward takes the larger of its memory time and its compute time,
-plus the tensor-parallel all-reduces and a per-step scheduler/sampler overhead. The simulator's
-table law then adds CUDA-graph padding (the graph_buckets below) when it looks a step up.
+No H100 or L40S is at hand, so these tables are *derived*, not measured, and from a physics
+deliberately unlike the simulator's analytic law and the guided search's predictor (both sum
+independent parts): a roofline, where one forward takes the larger of its memory time and its
+compute time, plus the tensor-parallel all-reduces and a per-step scheduler/sampler overhead.
+The simulator's table law then adds CUDA-graph padding (the graph_buckets below) when it looks
+a step up.
 
-Facts (per GPU of the TP4 group):
+Two recipes, each a target with its EAGLE-3 drafter on one GPU kind:
+
+``llama-3.1-70b@4xH100-tp4`` (per GPU of the TP4 group):
 - H100 SXM: 3.35 TB/s HBM3, 989 TFLOP/s dense BF16 (NVIDIA H100 datasheet), NVLink 4 at
   450 GB/s per direction;
 - Llama-3.1-70B (config.json): 80 layers, hidden 8192, 64 query / 8 KV heads of 128, MLP 28672,
@@ -14,30 +17,41 @@ Facts (per GPU of the TP4 group):
   KV cache 2 x 80 x 8 x 128 x 2 B = 320 KB per token -> 80 KB per GPU;
 - EAGLE-3 drafter: one Llama-70B decoder layer (0.86 B), the 3 x 8192 -> 8192 fusion layer
   (0.2 B) and a 32k-token draft lm_head (0.26 B): ~1.32 B parameters, 2.6 GB in bf16.
-Assumptions (stated, uncertain): 80% of peak HBM bandwidth, 60% of peak BF16 FLOP/s, an
-all-reduce of 6 us latency plus 1.5 x the bytes at 70% of NVLink bandwidth, two all-reduces per
-layer, and 1.5 ms + 0.5 us per token of scheduler, sampler and launch overhead per step
-(0.15 ms per drafter forward).
 
-    python bench/roofline_table.py            # rewrites the table file next to the profiles
+``llama-3.1-8b@1xL40S`` (one GPU, no tensor parallelism, so no all-reduce):
+- L40S: 864 GB/s GDDR6, 362 TFLOP/s dense BF16, 48 GB (NVIDIA L40S datasheet);
+- Llama-3.1-8B (config.json): 32 layers, hidden 4096, 32 query / 8 KV heads of 128, MLP 14336,
+  vocab 128256, 8.03 B parameters = 16.06 GB in bf16; KV cache 2 x 32 x 8 x 128 x 2 B = 128 KB
+  per token;
+- EAGLE-3 drafter (yuhuili/EAGLE3-LLaMA3.1-Instruct-8B): one decoder layer whose attention
+  reads the 2 x 4096 concatenation (q 8192 x 4096, k and v 8192 x 1024, o 4096 x 4096) with a
+  14336 MLP (0.26 B), the 3 x 4096 -> 4096 fusion layer (0.05 B) and a 32k-token draft lm_head
+  (0.13 B): ~0.44 B parameters, 0.88 GB in bf16.
+
+Assumptions (stated, uncertain, the same for both): 80% of peak memory bandwidth, 60% of peak
+BF16 FLOP/s, an all-reduce of 6 us latency plus 1.5 x the bytes at 70% of NVLink bandwidth, two
+all-reduces per layer, and 1.5 ms + 0.5 us per token of scheduler, sampler and launch overhead
+per step (0.15 ms per drafter forward).
+
+    python bench/roofline_table.py            # rewrites every recipe's table next to the profiles
+    python bench/roofline_table.py --recipe llama-3.1-8b@1xL40S
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-OUT = REPO / "autotune/backends/sim/profiles/tables/llama-3.1-70b@4xH100-tp4-roofline.json"
+TABLES = REPO / "autotune/backends/sim/profiles/tables"
 
-TP = 4
-HBM_BPS = 3.35e12 * 0.80
-FLOPS = 989e12 * 0.60
-NVLINK_BPS = 450e9 * 0.70
+MEMORY_EFFICIENCY = 0.80
+FLOPS_EFFICIENCY = 0.60
+NVLINK_EFFICIENCY = 0.70
 ALLREDUCE_LATENCY_S = 6e-6
-HIDDEN = 8192
-LAYERS = 80
 
 BATCH_TOKENS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
 CONTEXT_TOKENS = [128, 512, 1024, 2048, 4096, 8192, 16384, 32768]
@@ -45,60 +59,117 @@ CONTEXT_TOKENS = [128, 512, 1024, 2048, 4096, 8192, 16384, 32768]
 GRAPH_BUCKETS = [1, 2, 4, *range(8, 513, 8)]
 
 
-def _allreduce_s(tokens: int) -> float:
-    return ALLREDUCE_LATENCY_S + 1.5 * tokens * HIDDEN * 2 / NVLINK_BPS
+@dataclass(frozen=True)
+class Network:
+    """One decoder stack as a forward sees it (whole model, before tensor parallelism)."""
+
+    weight_bytes: float
+    flops_per_token: float
+    layers: int
+    kv_heads: int
+    query_heads: int
+    head_dim: int
+    overhead_s: float
+    overhead_per_token_s: float
 
 
-def forward_s(tokens: int, context: int, *, weight_bytes: float, flops_per_token: float,
-              kv_bytes_per_key: float, attn_flops_per_key: float, layers: int,
-              overhead_s: float, overhead_per_token_s: float) -> float:
-    """One forward of ``tokens`` tokens, each attending to ``context`` keys, on one GPU."""
-    memory = (weight_bytes + tokens * context * kv_bytes_per_key) / HBM_BPS
-    compute = tokens * (flops_per_token + context * attn_flops_per_key) / FLOPS
-    return (max(memory, compute) + 2 * layers * _allreduce_s(tokens) + overhead_s
-            + overhead_per_token_s * tokens)
+@dataclass(frozen=True)
+class Recipe:
+    """A target and its drafter on ``tp`` GPUs of one kind."""
+
+    name: str
+    hardware: str
+    target_name: str
+    drafter_name: str
+    memory_bps: float        # peak memory bandwidth of one GPU
+    flops: float             # peak dense BF16 FLOP/s of one GPU
+    nvlink_bps: float        # per direction (unused at tp 1)
+    tp: int
+    hidden: int
+    target: Network
+    drafter: Network
+
+    @property
+    def out(self) -> Path:
+        return TABLES / f"{self.name}-roofline.json"
+
+    def _allreduce_s(self, tokens: int) -> float:
+        if self.tp == 1:
+            return 0.0
+        return (ALLREDUCE_LATENCY_S
+                + 1.5 * tokens * self.hidden * 2 / (self.nvlink_bps * NVLINK_EFFICIENCY))
+
+    def forward_s(self, net: Network, tokens: int, context: int) -> float:
+        """One forward of ``tokens`` tokens, each attending to ``context`` keys, on one GPU."""
+        kv_bytes_per_key = 2 * net.layers * net.kv_heads * net.head_dim * 2 / self.tp
+        attn_flops_per_key = 4 * net.head_dim * net.query_heads * net.layers / self.tp
+        memory = ((net.weight_bytes / self.tp + tokens * context * kv_bytes_per_key)
+                  / (self.memory_bps * MEMORY_EFFICIENCY))
+        compute = (tokens * (net.flops_per_token / self.tp + context * attn_flops_per_key)
+                   / (self.flops * FLOPS_EFFICIENCY))
+        return (max(memory, compute) + 2 * net.layers * self._allreduce_s(tokens)
+                + net.overhead_s + net.overhead_per_token_s * tokens)
+
+    def table(self) -> dict[str, object]:
+        def grid(net: Network) -> list[list[float]]:
+            return [[round(1000.0 * self.forward_s(net, t, c), 4) for c in CONTEXT_TOKENS]
+                    for t in BATCH_TOKENS]
+
+        return {
+            "engine": "derived: roofline max(memory, compute) + TP all-reduces + step overhead "
+                      "(not measured; vLLM V1 with CUDA graphs assumed)",
+            "hardware": self.hardware,
+            "script": "bench/roofline_table.py",
+            "model": {"target": self.target_name, "drafter": self.drafter_name,
+                      "cell": "one forward of batch_tokens tokens each attending to "
+                              "context_tokens keys"},
+            "batch_tokens": BATCH_TOKENS,
+            "context_tokens": CONTEXT_TOKENS,
+            "target_step_ms": grid(self.target),
+            "draft_step_ms": grid(self.drafter),
+            "graph_buckets": GRAPH_BUCKETS,
+        }
 
 
-def target_s(tokens: int, context: int) -> float:
-    return forward_s(tokens, context, weight_bytes=141e9 / TP, flops_per_token=2 * 70.6e9 / TP,
-                     kv_bytes_per_key=2 * LAYERS * 8 * 128 * 2 / TP,
-                     attn_flops_per_key=4 * 128 * 64 * LAYERS / TP, layers=LAYERS,
-                     overhead_s=1.5e-3, overhead_per_token_s=0.5e-6)
+def _drafter(weight_bytes: float, params: float, query_heads: int) -> Network:
+    """An EAGLE-3 head: one decoder layer of 8 KV heads of 128, one forward per position."""
+    return Network(weight_bytes=weight_bytes, flops_per_token=2 * params, layers=1, kv_heads=8,
+                   query_heads=query_heads, head_dim=128, overhead_s=0.15e-3,
+                   overhead_per_token_s=0.0)
 
 
-def draft_s(tokens: int, context: int) -> float:
-    return forward_s(tokens, context, weight_bytes=2.64e9 / TP, flops_per_token=2 * 1.32e9 / TP,
-                     kv_bytes_per_key=2 * 1 * 8 * 128 * 2 / TP,
-                     attn_flops_per_key=4 * 128 * 64 * 1 / TP, layers=1,
-                     overhead_s=0.15e-3, overhead_per_token_s=0.0)
+RECIPES = {r.name: r for r in (
+    Recipe(name="llama-3.1-70b@4xH100-tp4",
+           hardware="4x NVIDIA H100 SXM 80GB, tensor parallel 4",
+           target_name="meta-llama/Llama-3.1-70B-Instruct (bf16)",
+           drafter_name="EAGLE-3 head for Llama-3.3-70B-Instruct (bf16)",
+           memory_bps=3.35e12, flops=989e12, nvlink_bps=450e9, tp=4, hidden=8192,
+           target=Network(weight_bytes=141e9, flops_per_token=2 * 70.6e9, layers=80,
+                          kv_heads=8, query_heads=64, head_dim=128, overhead_s=1.5e-3,
+                          overhead_per_token_s=0.5e-6),
+           drafter=_drafter(2.64e9, 1.32e9, 64)),
+    Recipe(name="llama-3.1-8b@1xL40S",
+           hardware="1x NVIDIA L40S 48GB (GDDR6), no tensor parallelism",
+           target_name="meta-llama/Llama-3.1-8B-Instruct (bf16)",
+           drafter_name="yuhuili/EAGLE3-LLaMA3.1-Instruct-8B (bf16)",
+           memory_bps=864e9, flops=362e12, nvlink_bps=0.0, tp=1, hidden=4096,
+           target=Network(weight_bytes=16.06e9, flops_per_token=2 * 8.03e9, layers=32,
+                          kv_heads=8, query_heads=32, head_dim=128, overhead_s=1.5e-3,
+                          overhead_per_token_s=0.5e-6),
+           drafter=_drafter(0.88e9, 0.44e9, 32)),
+)}
 
 
-def table() -> dict[str, object]:
-    def grid(f: object) -> list[list[float]]:
-        return [[round(1000.0 * f(t, c), 4) for c in CONTEXT_TOKENS]  # type: ignore[operator]
-                for t in BATCH_TOKENS]
-
-    return {
-        "engine": "derived: roofline max(memory, compute) + TP all-reduces + step overhead "
-                  "(not measured; vLLM V1 with CUDA graphs assumed)",
-        "hardware": "4x NVIDIA H100 SXM 80GB, tensor parallel 4",
-        "script": "bench/roofline_table.py",
-        "model": {"target": "meta-llama/Llama-3.1-70B-Instruct (bf16)",
-                  "drafter": "EAGLE-3 head for Llama-3.3-70B-Instruct (bf16)",
-                  "cell": "one forward of batch_tokens tokens each attending to "
-                          "context_tokens keys"},
-        "batch_tokens": BATCH_TOKENS,
-        "context_tokens": CONTEXT_TOKENS,
-        "target_step_ms": grid(target_s),
-        "draft_step_ms": grid(draft_s),
-        "graph_buckets": GRAPH_BUCKETS,
-    }
-
-
-def main() -> int:
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps(table(), indent=1) + "\n", encoding="utf-8")
-    print(f"wrote {OUT.relative_to(REPO)}")
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--recipe", choices=sorted(RECIPES), action="append",
+                        help="write only this recipe's table (repeatable; default: all)")
+    args = parser.parse_args(argv)
+    for name in args.recipe or sorted(RECIPES):
+        recipe = RECIPES[name]
+        recipe.out.parent.mkdir(parents=True, exist_ok=True)
+        recipe.out.write_text(json.dumps(recipe.table(), indent=1) + "\n", encoding="utf-8")
+        print(f"wrote {recipe.out.relative_to(REPO)}")
     return 0
 
 
