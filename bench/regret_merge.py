@@ -9,7 +9,8 @@ same oracle config with the same value, or the merge stops and says which unit d
 
 Later files win: each (world, workload, method) takes its runs from the last file that has
 them. The output is bench/regret.py's ``--detail`` shape with a ``provenance`` entry in the
-result naming, per world and method, the file its rows came from.
+result naming, per world and method, the file its rows came from (for a merged input, the file
+its own provenance names).
 
     .venv/bin/python bench/regret_merge.py old.json guided.json --out merged.json \\
         --drop vllm-cpu/eps005
@@ -37,6 +38,8 @@ def merge(files: list[Path], drop: set[str]) -> tuple[dict[str, list[dict[str, A
     seeds: dict[str, int] = {}
     for path in files:
         detail = json.loads(path.read_text())
+        # a merged file passes on where its rows came from, not its own name
+        earlier = detail["result"].get("provenance", {}).get("merged_from", {})
         for world, rows in detail["units"].items():
             if world in drop:
                 continue
@@ -54,7 +57,8 @@ def merge(files: list[Path], drop: set[str]) -> tuple[dict[str, list[dict[str, A
                         f"{have['oracle_value']}: the runs did not read the same oracle")
                 for method, runs in unit["runs"].items():
                     have["runs"][method] = runs
-                    source.setdefault(world, {})[method] = str(path)
+                    source.setdefault(world, {})[method] = earlier.get(world, {}).get(
+                        method, str(path))
     by_world = {w: list(u.values()) for w, u in units.items()}
     for world, rows in by_world.items():
         methods = {frozenset(u["runs"]) for u in rows}
