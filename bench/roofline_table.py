@@ -1,13 +1,13 @@
 """Derive step-time tables for the simulator's table cost law from a roofline.
 
-No H100 or L40S is at hand, so these tables are *derived*, not measured, and from a physics
+No H100, L40S or MI300X is at hand, so these tables are *derived*, not measured, and from a physics
 deliberately unlike the simulator's analytic law and the guided search's predictor (both sum
 independent parts): a roofline, where one forward takes the larger of its memory time and its
 compute time, plus the tensor-parallel all-reduces and a per-step scheduler/sampler overhead.
 The simulator's table law then adds CUDA-graph padding (the graph_buckets below) when it looks
 a step up.
 
-Two recipes, each a target with its EAGLE-3 drafter on one GPU kind:
+Four recipes, each a target with its EAGLE-3 drafter on one GPU kind:
 
 ``llama-3.1-70b@4xH100-tp4`` (per GPU of the TP4 group):
 - H100 SXM: 3.35 TB/s HBM3, 989 TFLOP/s dense BF16 (NVIDIA H100 datasheet), NVLink 4 at
@@ -28,7 +28,15 @@ Two recipes, each a target with its EAGLE-3 drafter on one GPU kind:
   14336 MLP (0.26 B), the 3 x 4096 -> 4096 fusion layer (0.05 B) and a 32k-token draft lm_head
   (0.13 B): ~0.44 B parameters, 0.88 GB in bf16.
 
-Assumptions (stated, uncertain, the same for both): 80% of peak memory bandwidth, 60% of peak
+``llama-3.1-8b@1xH100``: the same model and drafter on one H100 SXM (the facts above), no
+tensor parallelism.
+
+``llama-3.1-70b@1xMI300X``: the 70B model and drafter above on one AMD Instinct MI300X
+(5.3 TB/s HBM3, 1307 TFLOP/s dense BF16, 192 GB; AMD's MI300X datasheet), whose 192 GB hold
+the whole bf16 model, so no tensor parallelism; vLLM on ROCm with HIP graphs of the same
+capture sizes assumed.
+
+Assumptions (stated, uncertain, the same for all): 80% of peak memory bandwidth, 60% of peak
 BF16 FLOP/s, an all-reduce of 6 us latency plus 1.5 x the bytes at 70% of NVLink bandwidth, two
 all-reduces per layer, and 1.5 ms + 0.5 us per token of scheduler, sampler and launch overhead
 per step (0.15 ms per drafter forward).
@@ -157,6 +165,24 @@ RECIPES = {r.name: r for r in (
                           kv_heads=8, query_heads=32, head_dim=128, overhead_s=1.5e-3,
                           overhead_per_token_s=0.5e-6),
            drafter=_drafter(0.88e9, 0.44e9, 32)),
+    Recipe(name="llama-3.1-8b@1xH100",
+           hardware="1x NVIDIA H100 SXM 80GB, no tensor parallelism",
+           target_name="meta-llama/Llama-3.1-8B-Instruct (bf16)",
+           drafter_name="yuhuili/EAGLE3-LLaMA3.1-Instruct-8B (bf16)",
+           memory_bps=3.35e12, flops=989e12, nvlink_bps=0.0, tp=1, hidden=4096,
+           target=Network(weight_bytes=16.06e9, flops_per_token=2 * 8.03e9, layers=32,
+                          kv_heads=8, query_heads=32, head_dim=128, overhead_s=1.5e-3,
+                          overhead_per_token_s=0.5e-6),
+           drafter=_drafter(0.88e9, 0.44e9, 32)),
+    Recipe(name="llama-3.1-70b@1xMI300X",
+           hardware="1x AMD Instinct MI300X 192GB, no tensor parallelism",
+           target_name="meta-llama/Llama-3.1-70B-Instruct (bf16)",
+           drafter_name="EAGLE-3 head for Llama-3.3-70B-Instruct (bf16)",
+           memory_bps=5.3e12, flops=1307e12, nvlink_bps=0.0, tp=1, hidden=8192,
+           target=Network(weight_bytes=141e9, flops_per_token=2 * 70.6e9, layers=80,
+                          kv_heads=8, query_heads=64, head_dim=128, overhead_s=1.5e-3,
+                          overhead_per_token_s=0.5e-6),
+           drafter=_drafter(2.64e9, 1.32e9, 64)),
 )}
 
 
