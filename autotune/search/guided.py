@@ -194,11 +194,16 @@ class Guide:
 
         A config that missed the SLO at every rate the capacity search tried, down to light
         load (:data:`LIGHT_BATCH`), missed it on its unloaded step or prefill time. At light
-        load the p99 ITL is one decode step, which grows with the window and with the prefill
-        chunk beside it (``max_num_batched_tokens``); the p99 TTFT is one prefill, which grows
-        with the window and shrinks with the chunk. The slots (``max_num_seqs``) do not bind
-        when there are more of them than the light batch; fewer only queue more (TTFT) or
-        batch less (ITL). So a config that is at least as slow on the bound that was missed
+        load the p99 ITL is one decode step, which grows with the window; the p99 TTFT is one
+        prefill, which grows with the window and shrinks with the chunk
+        (``max_num_batched_tokens``). The p99 ITL is not monotone in the chunk: a bigger chunk
+        makes the steps a long prompt's prefill rides in slower but fewer, and when they fall
+        under 1% of the gaps the p99 drops below them (Llama-3.1-8B on one H100, code prompts:
+        window 1 x 8 sequences read a p99 ITL of 325 ms at 1/64 of the sample's rate with
+        2048-token chunks, and 174 ms at 1/61 with 8192), so an ITL miss speaks only for its
+        own chunk. The slots (``max_num_seqs``) do
+        not bind when there are more of them than the light batch; fewer only queue more
+        (TTFT) or batch less (ITL). So a config that is at least as slow on the bound that was missed
         (same adaptive verification) misses it too.
         """
         slo = self.predictor.slo
@@ -214,7 +219,7 @@ class Guide:
             slots = config.max_num_seqs > LIGHT_BATCH or config.max_num_seqs >= a.max_num_seqs
             if (slo.itl_p99_ms is not None and o.itl_p99_ms is not None
                     and o.itl_p99_ms > slo.itl_p99_ms and wider and slots
-                    and config.max_num_batched_tokens >= a.max_num_batched_tokens):
+                    and config.max_num_batched_tokens == a.max_num_batched_tokens):
                 return f"{a.short()} missed p99 ITL at every rate ({o.itl_p99_ms:.0f} ms)"
             if (slo.ttft_p99_ms is not None and o.ttft_p99_ms is not None
                     and o.ttft_p99_ms > slo.ttft_p99_ms and wider

@@ -228,6 +228,14 @@ def test_a_miss_at_light_load_rules_out_every_config_at_least_as_slow() -> None:
     g3.predictor.observe(_censored_miss(narrower, batch=1.0, itl=20.0, ttft=5000.0))
     d = g3.propose()
     assert d.config is None and d.reason.startswith("nothing left can meet the SLO")
+    # an ITL miss speaks only for its own chunk: a bigger one rides fewer, slower steps beside
+    # a long prefill, which the p99 may leave out (and a smaller one, shorter steps)
+    g4 = Guide(FixedPredictor({wider: (10.0, 20.0), smaller_chunk: (9.0, 18.0)}),
+               epsilon=0.0)  # type: ignore[arg-type]
+    g4.predictor.slo = fixed.slo
+    g4.predictor.observe(_censored_miss(TrialConfig(1, False, 32, 2048), batch=1.2, itl=75.0,
+                                        ttft=400.0))
+    assert g4.ruled_out(wider) is None and "ITL" in (g4.ruled_out(smaller_chunk) or "")
 
 
 def test_failed_and_infeasible_trials_are_not_incumbents() -> None:
