@@ -201,10 +201,10 @@ class Guide:
         under 1% of the gaps the p99 drops below them (Llama-3.1-8B on one H100, code prompts:
         window 1 x 8 sequences read a p99 ITL of 325 ms at 1/64 of the sample's rate with
         2048-token chunks, and 174 ms at 1/61 with 8192), so an ITL miss speaks only for its
-        own chunk. The slots (``max_num_seqs``) do
-        not bind when there are more of them than the light batch; fewer only queue more
-        (TTFT) or batch less (ITL). So a config that is at least as slow on the bound that was missed
-        (same adaptive verification) misses it too.
+        own chunk. The slots (``max_num_seqs``) do not bind when there are more of them than
+        the light batch; fewer only queue more (TTFT) or batch less (ITL). So a config that is
+        at least as slow on the bound that was missed (same adaptive verification) misses it
+        too.
         """
         slo = self.predictor.slo
         if slo is None:
