@@ -82,20 +82,34 @@ class Network:
 
 
 @dataclass(frozen=True)
-class Recipe:
-    """A target and its drafter on ``tp`` GPUs of one kind."""
+class Model:
+    """A target and its drafter."""
 
-    name: str
-    hardware: str
     target_name: str
     drafter_name: str
-    memory_bps: float        # peak memory bandwidth of one GPU
-    flops: float             # peak dense BF16 FLOP/s of one GPU
-    nvlink_bps: float        # per direction (unused at tp 1)
-    tp: int
     hidden: int
     target: Network
     drafter: Network
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """Peak figures of one GPU."""
+
+    memory_bps: float        # memory bandwidth
+    flops: float             # dense BF16 FLOP/s
+    nvlink_bps: float = 0.0  # per direction (unused at tp 1)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A model on ``tp`` GPUs of one kind."""
+
+    name: str
+    hardware: str
+    model: Model
+    gpu: Gpu
+    tp: int
 
     @property
     def out(self) -> Path:
@@ -105,16 +119,16 @@ class Recipe:
         if self.tp == 1:
             return 0.0
         return (ALLREDUCE_LATENCY_S
-                + 1.5 * tokens * self.hidden * 2 / (self.nvlink_bps * NVLINK_EFFICIENCY))
+                + 1.5 * tokens * self.model.hidden * 2 / (self.gpu.nvlink_bps * NVLINK_EFFICIENCY))
 
     def forward_s(self, net: Network, tokens: int, context: int) -> float:
         """One forward of ``tokens`` tokens, each attending to ``context`` keys, on one GPU."""
         kv_bytes_per_key = 2 * net.layers * net.kv_heads * net.head_dim * 2 / self.tp
         attn_flops_per_key = 4 * net.head_dim * net.query_heads * net.layers / self.tp
         memory = ((net.weight_bytes / self.tp + tokens * context * kv_bytes_per_key)
-                  / (self.memory_bps * MEMORY_EFFICIENCY))
+                  / (self.gpu.memory_bps * MEMORY_EFFICIENCY))
         compute = (tokens * (net.flops_per_token / self.tp + context * attn_flops_per_key)
-                   / (self.flops * FLOPS_EFFICIENCY))
+                   / (self.gpu.flops * FLOPS_EFFICIENCY))
         return (max(memory, compute) + 2 * net.layers * self._allreduce_s(tokens)
                 + net.overhead_s + net.overhead_per_token_s * tokens)
 
@@ -128,13 +142,13 @@ class Recipe:
                       "(not measured; vLLM V1 with CUDA graphs assumed)",
             "hardware": self.hardware,
             "script": "bench/roofline_table.py",
-            "model": {"target": self.target_name, "drafter": self.drafter_name,
+            "model": {"target": self.model.target_name, "drafter": self.model.drafter_name,
                       "cell": "one forward of batch_tokens tokens each attending to "
                               "context_tokens keys"},
             "batch_tokens": BATCH_TOKENS,
             "context_tokens": CONTEXT_TOKENS,
-            "target_step_ms": grid(self.target),
-            "draft_step_ms": grid(self.drafter),
+            "target_step_ms": grid(self.model.target),
+            "draft_step_ms": grid(self.model.drafter),
             "graph_buckets": GRAPH_BUCKETS,
         }
 
@@ -146,43 +160,32 @@ def _drafter(weight_bytes: float, params: float, query_heads: int) -> Network:
                    overhead_per_token_s=0.0)
 
 
+def _target(weight_bytes: float, params: float, layers: int, query_heads: int) -> Network:
+    """A Llama decoder stack of 8 KV heads of 128, with the per-step overhead."""
+    return Network(weight_bytes=weight_bytes, flops_per_token=2 * params, layers=layers,
+                   kv_heads=8, query_heads=query_heads, head_dim=128, overhead_s=1.5e-3,
+                   overhead_per_token_s=0.5e-6)
+
+
+LLAMA_70B = Model("meta-llama/Llama-3.1-70B-Instruct (bf16)",
+                  "EAGLE-3 head for Llama-3.3-70B-Instruct (bf16)", 8192,
+                  _target(141e9, 70.6e9, 80, 64), _drafter(2.64e9, 1.32e9, 64))
+LLAMA_8B = Model("meta-llama/Llama-3.1-8B-Instruct (bf16)",
+                 "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B (bf16)", 4096,
+                 _target(16.06e9, 8.03e9, 32, 32), _drafter(0.88e9, 0.44e9, 32))
+H100 = Gpu(3.35e12, 989e12, 450e9)
+L40S = Gpu(864e9, 362e12)
+MI300X = Gpu(5.3e12, 1307e12)
+
 RECIPES = {r.name: r for r in (
-    Recipe(name="llama-3.1-70b@4xH100-tp4",
-           hardware="4x NVIDIA H100 SXM 80GB, tensor parallel 4",
-           target_name="meta-llama/Llama-3.1-70B-Instruct (bf16)",
-           drafter_name="EAGLE-3 head for Llama-3.3-70B-Instruct (bf16)",
-           memory_bps=3.35e12, flops=989e12, nvlink_bps=450e9, tp=4, hidden=8192,
-           target=Network(weight_bytes=141e9, flops_per_token=2 * 70.6e9, layers=80,
-                          kv_heads=8, query_heads=64, head_dim=128, overhead_s=1.5e-3,
-                          overhead_per_token_s=0.5e-6),
-           drafter=_drafter(2.64e9, 1.32e9, 64)),
-    Recipe(name="llama-3.1-8b@1xL40S",
-           hardware="1x NVIDIA L40S 48GB (GDDR6), no tensor parallelism",
-           target_name="meta-llama/Llama-3.1-8B-Instruct (bf16)",
-           drafter_name="yuhuili/EAGLE3-LLaMA3.1-Instruct-8B (bf16)",
-           memory_bps=864e9, flops=362e12, nvlink_bps=0.0, tp=1, hidden=4096,
-           target=Network(weight_bytes=16.06e9, flops_per_token=2 * 8.03e9, layers=32,
-                          kv_heads=8, query_heads=32, head_dim=128, overhead_s=1.5e-3,
-                          overhead_per_token_s=0.5e-6),
-           drafter=_drafter(0.88e9, 0.44e9, 32)),
-    Recipe(name="llama-3.1-8b@1xH100",
-           hardware="1x NVIDIA H100 SXM 80GB, no tensor parallelism",
-           target_name="meta-llama/Llama-3.1-8B-Instruct (bf16)",
-           drafter_name="yuhuili/EAGLE3-LLaMA3.1-Instruct-8B (bf16)",
-           memory_bps=3.35e12, flops=989e12, nvlink_bps=0.0, tp=1, hidden=4096,
-           target=Network(weight_bytes=16.06e9, flops_per_token=2 * 8.03e9, layers=32,
-                          kv_heads=8, query_heads=32, head_dim=128, overhead_s=1.5e-3,
-                          overhead_per_token_s=0.5e-6),
-           drafter=_drafter(0.88e9, 0.44e9, 32)),
-    Recipe(name="llama-3.1-70b@1xMI300X",
-           hardware="1x AMD Instinct MI300X 192GB, no tensor parallelism",
-           target_name="meta-llama/Llama-3.1-70B-Instruct (bf16)",
-           drafter_name="EAGLE-3 head for Llama-3.3-70B-Instruct (bf16)",
-           memory_bps=5.3e12, flops=1307e12, nvlink_bps=0.0, tp=1, hidden=8192,
-           target=Network(weight_bytes=141e9, flops_per_token=2 * 70.6e9, layers=80,
-                          kv_heads=8, query_heads=64, head_dim=128, overhead_s=1.5e-3,
-                          overhead_per_token_s=0.5e-6),
-           drafter=_drafter(2.64e9, 1.32e9, 64)),
+    Recipe("llama-3.1-70b@4xH100-tp4", "4x NVIDIA H100 SXM 80GB, tensor parallel 4",
+           LLAMA_70B, H100, tp=4),
+    Recipe("llama-3.1-8b@1xL40S", "1x NVIDIA L40S 48GB (GDDR6), no tensor parallelism",
+           LLAMA_8B, L40S, tp=1),
+    Recipe("llama-3.1-8b@1xH100", "1x NVIDIA H100 SXM 80GB, no tensor parallelism",
+           LLAMA_8B, H100, tp=1),
+    Recipe("llama-3.1-70b@1xMI300X", "1x AMD Instinct MI300X 192GB, no tensor parallelism",
+           LLAMA_70B, MI300X, tp=1),
 )}
 
 

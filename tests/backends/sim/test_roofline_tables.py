@@ -41,11 +41,11 @@ def test_every_shipped_roofline_table_is_what_its_recipe_writes() -> None:
 
 def test_a_single_gpu_recipe_has_no_all_reduce_and_a_weight_read_floor() -> None:
     recipe = _recipes().RECIPES["llama-3.1-8b@1xL40S"]
-    one = recipe.forward_s(recipe.target, 1, 128)
+    one = recipe.forward_s(recipe.model.target, 1, 128)
     # 16.06 GB at 80% of 864 GB/s, plus the 1.5 ms step overhead; the KV read is negligible
     assert one == pytest.approx(16.06e9 / (0.8 * 864e9) + 1.5e-3, rel=0.01)
     # 2048 tokens of 128 keys: compute-bound, 2 x 8.03 GFLOP per token at 60% of 362 TFLOP/s
-    assert recipe.forward_s(recipe.target, 2048, 128) > 2048 * 2 * 8.03e9 / (0.6 * 362e12)
+    assert recipe.forward_s(recipe.model.target, 2048, 128) > 2048 * 2 * 8.03e9 / (0.6 * 362e12)
 
 
 @pytest.mark.parametrize(("workload", "published"),
