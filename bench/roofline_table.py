@@ -110,6 +110,7 @@ class Recipe:
     model: Model
     gpu: Gpu
     tp: int
+    engine: str = "vLLM V1 with CUDA graphs"
 
     @property
     def out(self) -> Path:
@@ -138,8 +139,9 @@ class Recipe:
                     for t in BATCH_TOKENS]
 
         return {
-            "engine": "derived: roofline max(memory, compute) + TP all-reduces + step overhead "
-                      "(not measured; vLLM V1 with CUDA graphs assumed)",
+            "engine": ("derived: roofline max(memory, compute)"
+                       + (" + TP all-reduces" if self.tp > 1 else "")
+                       + f" + step overhead (not measured; {self.engine} assumed)"),
             "hardware": self.hardware,
             "script": "bench/roofline_table.py",
             "model": {"target": self.model.target_name, "drafter": self.model.drafter_name,
@@ -185,7 +187,8 @@ RECIPES = {r.name: r for r in (
     Recipe("llama-3.1-8b@1xH100", "1x NVIDIA H100 SXM 80GB, no tensor parallelism",
            LLAMA_8B, H100, tp=1),
     Recipe("llama-3.1-70b@1xMI300X", "1x AMD Instinct MI300X 192GB, no tensor parallelism",
-           LLAMA_70B, MI300X, tp=1),
+           LLAMA_70B, MI300X, tp=1,
+           engine="vLLM V1 on ROCm with HIP graphs of CUDA's capture sizes"),
 )}
 
 

@@ -229,7 +229,7 @@ def test_a_miss_at_light_load_rules_out_every_config_at_least_as_slow() -> None:
     d = g3.propose()
     assert d.config is None and d.reason.startswith("nothing left can meet the SLO")
     # an ITL miss speaks only for its own chunk: a bigger one rides fewer, slower steps beside
-    # a long prefill, which the p99 may leave out (and a smaller one, shorter steps)
+    # a long prefill, which the p99 may leave out; a wider window at the same chunk is out
     g4 = Guide(FixedPredictor({wider: (10.0, 20.0), smaller_chunk: (9.0, 18.0)}),
                epsilon=0.0)  # type: ignore[arg-type]
     g4.predictor.slo = fixed.slo
