@@ -4,19 +4,27 @@ Replaying a production trace at its own rate leaves a well-sized replica idle pa
 every config then serves every request and goodput equals the arrival rate, so configs cannot
 be told apart. Following DistServe, a trial's goodput is instead measured at the highest rate
 the replica sustains: the trace is replayed on the same replica at rising (or falling) speeds
-(``time_scale``, doubling or halving), then refined between the fastest rate met and the
+(``time_scale``, doubling or halving; quadrupling while every p99 is under a quarter of
+its bound), then refined between the fastest rate met and the
 slowest missed (Brent's method on the SLO margin, :func:`replay_margin`: interpolation where
 the p99s move smoothly with the rate, bisection where they do not), and the fastest replay
-that meets the SLO (:meth:`autotune.slo.Slo.check`: every request completed, p99 TTFT and p99
-ITL within bounds) is the trial's measurement (``extra["load_scale"]`` says how fast). No
+that meets the SLO is the trial's measurement (``extra["load_scale"]`` says how fast). No
 server restart happens between replays, so on real hardware this costs replay time only.
 
-Going down, a replay that was overloaded says how far: it took longer to serve the requests
-than they took to arrive, and the ratio (:func:`overload_ratio`) estimates the rate the replica
-keeps up with. The next rate is that estimate when it is below half the current one (a rate
-11x out of reach costs one replay, not four halvings), so more of the ``max_replays`` go to
-refining and the reading's resolution does not depend on how far out of reach the rate is.
-Every rate is still measured, never assumed: a wrong estimate only costs resolution.
+A replay meets the SLO when every request completed, p99 TTFT and p99 ITL are within bounds
+(:meth:`autotune.slo.Slo.check`) **and the replica kept up with the arrivals**
+(:func:`kept_up` at least :data:`KEPT_UP`). A sample is short: a replica serving half the
+offered rate queues the whole sample within a TTFT bound of several seconds, and would pass on
+p99s alone at a rate it cannot sustain (a longer sample at that rate misses any bound). How far
+it fell behind is read from its queue: the first-token times, in completion order, grow over
+the sample when requests wait longer and longer.
+
+Going down, a replay that fell behind says how far: the fraction of the offered rate it kept
+up with estimates the rate it sustains. The next rate is that estimate when it is below half
+the current one (a rate 11x out of reach costs one replay, not four halvings), so more of the
+``max_replays`` go to refining and the reading's resolution does not depend on how far out of
+reach the rate is. Every rate is still measured, never assumed: a wrong estimate only costs
+resolution.
 """
 
 from __future__ import annotations
@@ -25,11 +33,12 @@ import contextlib
 import math
 from collections.abc import Callable
 from dataclasses import replace
+from typing import NamedTuple
 
 from autotune.backends import Replica
 from autotune.types import Measurement, Progress, ReplaySchedule, Slo
 
-__all__ = ["MAX_SCALE", "MIN_SCALE", "RESOLUTION", "overload_ratio", "replay_at_capacity",
+__all__ = ["KEPT_UP", "MAX_SCALE", "MIN_SCALE", "RESOLUTION", "kept_up", "replay_at_capacity",
            "replay_margin"]
 
 MIN_SCALE = 1 / 64
@@ -42,6 +51,14 @@ RESOLUTION = 0.02
 #: :func:`replay_margin` of a replay that missed the SLO by failed requests, not by a p99.
 FAILED_MARGIN = math.log(2.0)
 
+#: A replay that kept up with less than this fraction of the offered rate (:func:`kept_up`)
+#: fell behind: it misses the SLO whatever its p99s read.
+KEPT_UP = 0.95
+
+#: :func:`kept_up` fits its line through at most this many requests (evenly spaced): the
+#: Theil-Sen estimator is quadratic in the points.
+_TREND_POINTS = 1000
+
 
 def _arrival_span(schedule: ReplaySchedule) -> float:
     """Seconds from the first to the last measured arrival at ``time_scale`` 1 (0: unknown)."""
@@ -50,78 +67,111 @@ def _arrival_span(schedule: ReplaySchedule) -> float:
     return max(times) - min(times) if len(times) > 1 else 0.0
 
 
-def overload_ratio(m: Measurement, arrival_span_s: float) -> float:
-    """How much of the offered rate the replay kept up with: the measured requests' arrival
-    span over the time the replica took to serve them (the measured window less the fastest
-    request's own latency, so a light-load replay reads about 1). Below 1 the replica fell
-    behind; 0.1 says it served about a tenth of the rate. ``nan`` when it cannot be read."""
-    done = m.e2e_s[m.ok]
-    if arrival_span_s <= 0 or done.size == 0:
+def kept_up(m: Measurement, arrival_span_s: float) -> float:
+    """The fraction of the offered rate the replay kept up with, read from its queue.
+
+    A replica serving a fraction f of the rate takes span / f to serve what arrived in
+    ``arrival_span_s`` (the measured requests' arrival span), so the wait grows by
+    G = span (1/f - 1) from the first request to the last, and f = span / (span + G). G is read
+    from the completed requests' first-token times in completion order (a Theil-Sen line, which
+    the odd long prefill does not tilt): about 0 at any rate the replica sustains, however long
+    each request takes. 1 when the queue did not grow; ``nan`` when it cannot be read.
+    """
+    import numpy as np
+    from scipy.stats import theilslopes
+
+    ttft = m.ttft_s[m.ok]
+    if arrival_span_s <= 0 or ttft.size < 3:
         return math.nan
-    busy = m.duration_s - float(done.min())
-    return min(1.0, arrival_span_s / busy) if busy > 0 else math.nan
+    at = np.unique(np.linspace(0, ttft.size - 1, min(ttft.size, _TREND_POINTS)).round())
+    growth = float(theilslopes(ttft[at.astype(int)], at).slope) * (ttft.size - 1)
+    return arrival_span_s / (arrival_span_s + growth) if growth > 0 else 1.0
 
 
-def replay_margin(m: Measurement, slo: Slo) -> float:
+def replay_margin(m: Measurement, slo: Slo, kept: float = math.nan) -> float:
     """How far a replay is from the SLO's edge, as the log of its binding ratio (measured p99
-    over bound, the largest over the bounds): <= 0 when the replay met the SLO, > 0 when it
-    missed. A miss by failed requests alone reads :data:`FAILED_MARGIN`."""
+    over bound, and :data:`KEPT_UP` over ``kept`` (:func:`kept_up`) when the queue grew; the
+    largest):
+    <= 0 when the replay met the SLO, > 0 when it missed. A miss by failed requests alone
+    reads :data:`FAILED_MARGIN`."""
     check = m.slo_check(slo)
     ratios = [measured / bound for measured, bound in ((check.ttft_p99_ms, slo.ttft_p99_ms),
-                                                       (check.itl_p99_ms, slo.itl_p99_ms))
+                                                       (check.itl_p99_ms, slo.itl_p99_ms),
+                                                       (KEPT_UP, kept if kept < 1 else None))
               if bound is not None and bound > 0]
     worst = max(ratios, default=math.nan)
     margin = math.log(worst) if worst > 0 and math.isfinite(worst) else math.nan
-    if check.met:
+    if check.met and not kept < KEPT_UP:
         return min(margin, 0.0) if math.isfinite(margin) else -1.0
-    return max(margin, FAILED_MARGIN) if math.isfinite(margin) else FAILED_MARGIN
+    return margin if margin > 0 else FAILED_MARGIN  # nan compares False
 
 
 class _OutOfReplays(Exception):
     pass
 
 
-def _refine(run: Callable[[float], bool], tried: dict[float, tuple[bool, Measurement]], slo: Slo,
-            lo: float, hi: float, max_replays: int) -> float:
+class _Replay(NamedTuple):
+    """One replay of the capacity search: its verdict, measurement, :func:`replay_margin` and
+    :func:`kept_up`."""
+
+    met: bool
+    measurement: Measurement
+    margin: float
+    kept_up: float
+
+
+def _refine(run: Callable[[float], bool], tried: dict[float, _Replay], lo: float, hi: float,
+            max_replays: int) -> float:
     """The highest rate met between ``lo`` (met) and ``hi`` (missed), within the replays left.
 
     Brent's method (:func:`scipy.optimize.brentq`) on the SLO margin against the log of the
     rate: interpolation where the margin is smooth, bisection where it is not, the bracket kept
     either way. It stops when the bracket is within :data:`RESOLUTION` or the replays are spent.
+    When ``hi`` fell behind, the first rate tried is a little below the one it kept up with
+    (over :data:`KEPT_UP`): a replica that falls behind keeps up with the rate it sustains,
+    which puts that rate within one replay.
     """
     from scipy.optimize import brentq
 
-    margins = {math.log(s): replay_margin(tried[s][1], slo) for s in (lo, hi)}
+    sustained = hi * tried[hi].kept_up / KEPT_UP * (1 - RESOLUTION / 2)
+    if lo * (1 + RESOLUTION) < sustained < hi and len(tried) < max_replays:
+        if run(sustained):
+            lo = sustained
+        else:
+            hi = sustained
+    scales = {math.log(s): s for s in (lo, hi)}  # exp(log(s)) may not give s back
 
     def margin(x: float) -> float:
-        if x not in margins:
+        scale = scales.setdefault(x, math.exp(x))
+        if scale not in tried:
             if len(tried) >= max_replays:
                 raise _OutOfReplays
-            scale = math.exp(x)
             run(scale)
-            margins[x] = replay_margin(tried[scale][1], slo)
-        return margins[x]
+        return tried[scale].margin
 
     with contextlib.suppress(_OutOfReplays):  # the replays are spent: keep what was met
         brentq(margin, math.log(lo), math.log(hi), xtol=math.log1p(RESOLUTION),
                full_output=True, disp=False)
-    return max(s for s in tried if lo <= s < hi and tried[s][0])
+    return max(s for s in tried if lo <= s < hi and tried[s].met)
 
 
-def _tag(m: Measurement, scale: float, tried: dict[float, tuple[bool, Measurement]],
-         feasible: bool, at_target: Measurement, slo: Slo) -> Measurement:
-    """The kept replay, tagged with the scale it ran at; with what the replay at the target
-    rate (the schedule's own ``time_scale``) measured: ``target_*`` p99s and failures, which
-    say by how much a config misses the SLO at the rate it must serve; and with every replay's
-    decode aggregates (``replay{i}_*``): the same replica at several loads profiles its step
-    time at several batch sizes."""
-    check = at_target.slo_check(slo)
+def _tag(scale: float, tried: dict[float, _Replay], feasible: bool, at_target: _Replay,
+         slo: Slo) -> Measurement:
+    """The replay at ``scale``, tagged with the scale it ran at and how much of the rate it
+    kept up with; with what the replay at the target rate (the schedule's own ``time_scale``)
+    measured: ``target_*`` p99s, failures and keeping up, which say by how much a config
+    misses the SLO at the rate it must serve; and with every replay's decode aggregates
+    (``replay{i}_*``): the same replica at several loads profiles its step time at several
+    batch sizes."""
+    m = tried[scale].measurement
+    check = at_target.measurement.slo_check(slo)
     extra = {**m.extra, "load_scale": scale, "capacity_replays": float(len(tried)),
-             "capacity_met_slo": 1.0 if feasible else 0.0,
+             "capacity_met_slo": 1.0 if feasible else 0.0, "kept_up": tried[scale].kept_up,
              "target_ttft_p99_ms": check.ttft_p99_ms, "target_itl_p99_ms": check.itl_p99_ms,
-             "target_failed_requests": float(check.failed_requests)}
-    for i, (s, (_, replayed)) in enumerate(sorted(tried.items())):
-        decode, tokens, span = replayed.decode_totals()
+             "target_failed_requests": float(check.failed_requests),
+             "target_kept_up": at_target.kept_up}
+    for i, (s, replayed) in enumerate(sorted(tried.items())):
+        decode, tokens, span = replayed.measurement.decode_totals()
         extra.update({f"replay{i}_scale": s, f"replay{i}_decode_time_s": decode,
                       f"replay{i}_decode_tokens": tokens, f"replay{i}_duration_s": span})
     return replace(m, extra=extra)
@@ -129,29 +179,34 @@ def _tag(m: Measurement, scale: float, tried: dict[float, tuple[bool, Measuremen
 
 def replay_at_capacity(replica: Replica, schedule: ReplaySchedule, slo: Slo,
                        progress: Progress | None = None, max_replays: int = 7) -> Measurement:
-    """The measurement at the highest ``time_scale`` that meets ``slo`` (see module doc).
+    """The measurement at the highest ``time_scale`` that meets ``slo`` and keeps up with the
+    arrivals (see module doc).
 
-    When even the slowest tried rate misses the SLO, the slowest replay is returned (tagged
+    When even the slowest tried rate misses, the slowest replay is returned (tagged
     ``capacity_met_slo = 0``) so the search sees by how much it misses.
     """
     wall = 0.0
-    tried: dict[float, tuple[bool, Measurement]] = {}
+    tried: dict[float, _Replay] = {}
+    base_span = _arrival_span(schedule)
 
     def run(scale: float) -> bool:
         nonlocal wall
         m = replica.replay(replace(schedule, time_scale=scale), progress)
         wall += m.wall_time_s
-        tried[scale] = (m.slo_check(slo).met, m)
-        return tried[scale][0]
+        kept = kept_up(m, base_span / scale)
+        tried[scale] = _Replay(m.slo_check(slo).met and not kept < KEPT_UP, m,
+                               replay_margin(m, slo, kept), kept)
+        return tried[scale].met
 
-    base_span = _arrival_span(schedule)
     scale = schedule.time_scale
     lo: float | None = None  # fastest known feasible
     hi: float | None = None  # slowest known infeasible
     if run(scale):
         lo = scale
-        while len(tried) < max_replays and scale * 2 <= MAX_SCALE:
-            scale *= 2
+        while len(tried) < max_replays and scale < MAX_SCALE:
+            # far inside every bound (each p99 under a quarter of it): quadruple, else double
+            far = tried[scale].margin < -math.log(4.0)
+            scale = min(scale * (4.0 if far else 2.0), MAX_SCALE)
             if run(scale):
                 lo = scale
             else:
@@ -160,19 +215,18 @@ def replay_at_capacity(replica: Replica, schedule: ReplaySchedule, slo: Slo,
     else:
         hi = scale
         while len(tried) < max_replays and scale > MIN_SCALE:
-            kept_up = overload_ratio(tried[scale][1], base_span / scale)
-            step = kept_up if kept_up < 0.5 else 0.5  # nan (unknown) compares False: halve
+            kept = tried[scale].kept_up
+            step = kept if kept < 0.5 else 0.5  # nan (unknown) compares False: halve
             scale = max(scale * step, MIN_SCALE)
             if run(scale):
                 lo = scale
                 break
             hi = scale
     if lo is not None and hi is not None:
-        lo = _refine(run, tried, slo, lo, hi, max_replays)
-    at_target = tried[schedule.time_scale][1]
+        lo = _refine(run, tried, lo, hi, max_replays)
+    at_target = tried[schedule.time_scale]
     if lo is None:
-        slowest = min(tried)
-        kept = _tag(tried[slowest][1], slowest, tried, False, at_target, slo)
+        kept_reading = _tag(min(tried), tried, False, at_target, slo)
     else:
-        kept = _tag(tried[lo][1], lo, tried, True, at_target, slo)
-    return replace(kept, wall_time_s=wall)
+        kept_reading = _tag(lo, tried, True, at_target, slo)
+    return replace(kept_reading, wall_time_s=wall)

@@ -1,5 +1,6 @@
 """The capacity search against a replica built differently from the simulator: one FIFO server
-with a fixed service time, whose highest rate within a TTFT bound is known by a fine sweep."""
+with a fixed service time, whose highest rate within a TTFT bound is known by a fine sweep and
+whose sustained rate is known in closed form (one request per service time)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pytest
 
-from autotune.orchestrate.capacity import overload_ratio, replay_at_capacity
+from autotune.orchestrate.capacity import KEPT_UP, kept_up, replay_at_capacity
 from autotune.types import Measurement, ReplaySchedule, Request, Slo
 
 #: Arrivals of the sample at time_scale 1: 120 requests, 0.5 s apart with a jitter.
@@ -54,12 +55,21 @@ def _schedule() -> ReplaySchedule:
 SWEEP_STEP = 1.005
 
 
-def _true_capacity(service_s: float) -> float:
-    """The highest time_scale meeting the SLO, by a sweep at 0.5% steps."""
+def _sustained(service_s: float, scale: float) -> float:
+    """The fraction of the offered rate a server of ``service_s`` keeps up with at ``scale``:
+    one request per service time against the sample's mean arrival rate."""
+    offered = (ARRIVALS.size - 1) / float(ARRIVALS[-1] - ARRIVALS[0]) * scale
+    return min(1.0, 1.0 / service_s / offered)
+
+
+def _true_capacity(service_s: float, slo: Slo = SLO) -> float:
+    """The highest time_scale meeting the SLO while keeping up (:data:`KEPT_UP` of the rate),
+    by a sweep at 0.5% steps."""
     replica, schedule = QueueReplica(service_s), _schedule()
     best = 0.0
     for scale in np.geomspace(1 / 64, 64, round(math.log(64 * 64) / math.log(SWEEP_STEP))):
-        if replica.replay(replace(schedule, time_scale=float(scale))).slo_check(SLO).met:
+        m = replica.replay(replace(schedule, time_scale=float(scale)))
+        if m.slo_check(slo).met and _sustained(service_s, float(scale)) >= KEPT_UP:
             best = float(scale)
     return best
 
@@ -96,13 +106,36 @@ def test_a_rate_met_nowhere_returns_the_slowest_replay_and_says_so() -> None:
     assert m.extra["load_scale"] == min(m.extra[f"replay{i}_scale"] for i in range(REPLAYS))
 
 
-def test_the_overload_ratio_reads_one_at_light_load_and_the_served_fraction_when_behind() -> None:
+def test_a_replica_that_falls_behind_within_the_ttft_bound_does_not_meet_the_slo() -> None:
+    # A TTFT bound of 1000 s: the whole sample queues within it at any rate, so its p99s
+    # alone "meet" the SLO at 64x the rate; the reading must be the rate the server sustains.
+    slo = Slo(ttft_p99_ms=1e6, itl_p99_ms=100.0)
+    for service_s in (0.1, 1.0, 4.0):
+        truth = _true_capacity(service_s, slo)
+        assert truth == pytest.approx(0.5 / service_s / KEPT_UP, rel=0.03)
+        m = replay_at_capacity(QueueReplica(service_s), replace(_schedule(), capacity_slo=slo),
+                               slo, max_replays=REPLAYS)
+        assert m.extra["capacity_met_slo"] == 1.0
+        assert m.extra["kept_up"] >= KEPT_UP
+        assert truth / 1.1 <= m.extra["load_scale"] < truth * SWEEP_STEP, (service_s, truth)
+
+
+def test_kept_up_reads_one_at_light_load_and_the_served_fraction_when_behind() -> None:
     schedule = _schedule()
     span = float(ARRIVALS[-1] - ARRIVALS[0])
     light = QueueReplica(0.05).replay(schedule)
-    assert overload_ratio(light, span) == pytest.approx(1.0, abs=0.02)
+    assert kept_up(light, span) == 1.0
     # 3 s per request against one arrival per 0.5 s: it keeps up with about a sixth
     behind = QueueReplica(3.0).replay(schedule)
-    assert overload_ratio(behind, span) == pytest.approx(0.5 / 3.0, rel=0.05)
+    assert kept_up(behind, span) == pytest.approx(0.5 / 3.0, rel=0.05)
     failed = replace(behind, ok=np.zeros(behind.requests, dtype=bool))
-    assert math.isnan(overload_ratio(failed, span))
+    assert math.isnan(kept_up(failed, span))
+
+
+def test_kept_up_is_not_fooled_by_long_requests_at_light_load() -> None:
+    # Requests that each take 20 s end to end, arriving 0.5 s apart to a server with room for
+    # all of them: the last completes 20 s after the last arrival, so the time to serve the
+    # sample is a third longer than its arrival span, yet no request waits.
+    m = QueueReplica(0.05).replay(_schedule())
+    long = replace(m, e2e_s=m.e2e_s + 20.0, duration_s=m.duration_s + 20.0)
+    assert kept_up(long, float(ARRIVALS[-1] - ARRIVALS[0])) == 1.0
