@@ -235,8 +235,8 @@ class Replay(_Model):
     find_capacity: bool = Field(
         default=True,
         description="trace mode: measure each trial at the highest arrival rate (time_scale) "
-                    "whose p99 TTFT/ITL meet the SLO, as DistServe's goodput; false: replay "
-                    "once at time_scale.")
+                    "whose p99 TTFT/ITL meet the SLO while the replica keeps up with the "
+                    "arrivals, as DistServe's goodput; false: replay once at time_scale.")
 
     def schedule(self, requests: list[Request], seed: int, label: str = "",
                  slo: Slo | None = None) -> ReplaySchedule:

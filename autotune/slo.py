@@ -30,10 +30,14 @@ if TYPE_CHECKING:  # numpy is imported where arrays are judged: read-only comman
     FloatArray = npt.NDArray[np.float64]
     BoolArray = npt.NDArray[np.bool_]
 
-__all__ = ["Slo", "SloCheck", "margin_from_summary", "quantile_ms"]
+__all__ = ["KEPT_UP", "Slo", "SloCheck", "margin_from_summary", "quantile_ms"]
 
 #: The percentile the SLO bounds (as a fraction).
 SLO_QUANTILE = 0.99
+
+#: A capacity replay that kept up with less than this share of its arrival rate fell behind:
+#: it misses the SLO whatever its p99s read (:func:`autotune.orchestrate.capacity.kept_up`).
+KEPT_UP = 0.95
 
 
 def quantile_ms(values: FloatArray, q: float) -> float:

@@ -36,6 +36,7 @@ from dataclasses import replace
 from typing import NamedTuple
 
 from autotune.backends import Replica
+from autotune.slo import KEPT_UP
 from autotune.types import Measurement, Progress, ReplaySchedule, Slo
 
 __all__ = ["KEPT_UP", "MAX_SCALE", "MIN_SCALE", "RESOLUTION", "kept_up", "replay_at_capacity",
@@ -50,10 +51,6 @@ RESOLUTION = 0.02
 
 #: :func:`replay_margin` of a replay that missed the SLO by failed requests, not by a p99.
 FAILED_MARGIN = math.log(2.0)
-
-#: A replay that kept up with less than this fraction of the offered rate (:func:`kept_up`)
-#: fell behind: it misses the SLO whatever its p99s read.
-KEPT_UP = 0.95
 
 #: :func:`kept_up` fits its line through at most this many requests (evenly spaced): the
 #: Theil-Sen estimator is quadratic in the points.

@@ -22,7 +22,7 @@ from typing import Any
 from autotune.objective import Outcome, slo_margin
 from autotune.policy import Policy
 from autotune.recommend.choose import Scored
-from autotune.slo import Slo
+from autotune.slo import KEPT_UP, Slo
 
 __all__ = ["Feasibility", "judge_feasibility", "slo_probability"]
 
@@ -30,7 +30,8 @@ __all__ = ["Feasibility", "judge_feasibility", "slo_probability"]
 READING_SD = 0.1
 
 #: Prefix of the summary keys the capacity reading adds (autotune.orchestrate.capacity): the
-#: p99s and failures measured at the target rate, whatever rate the trial was finally read at.
+#: p99s, failures and share of the rate kept up with, measured at the target rate, whatever
+#: rate the trial was finally read at.
 AT_TARGET = "target_"
 
 
@@ -66,6 +67,9 @@ def _misses(policy: Policy, summary: Mapping[str, Any], prefix: str) -> list[str
     failed = _num(summary, prefix + "failed_requests")
     if failed:
         out.append(f"{failed:.0f} request(s) failed")
+    kept = _num(summary, prefix + "kept_up")
+    if kept is not None and kept < KEPT_UP:
+        out.append(f"fell behind the arrivals, keeping up with {kept:.0%} of the rate")
     return out
 
 

@@ -44,6 +44,17 @@ def test_capacity_below_the_sample_rate_is_infeasible_and_says_why() -> None:
     assert "max_num_seqs above" not in text
 
 
+def test_a_replica_that_fell_behind_at_the_sample_rate_says_so() -> None:
+    # its p99s at the sample's rate are within bounds: the queue grew over the sample instead
+    best = scored({"load_scale": 0.52, "capacity_met_slo": 1.0,
+                   "target_ttft_p99_ms": 2400.0, "target_itl_p99_ms": 42.0,
+                   "target_failed_requests": 0.0, "target_kept_up": 0.476})
+    verdict = judge_feasibility(policy(), best)
+    assert not verdict.feasible and verdict.replicas_needed == 2
+    assert "fell behind the arrivals, keeping up with 48% of the rate" in verdict.reason
+    assert "p99s over the bounds" not in verdict.reason and "an SLO of" not in verdict.reason
+
+
 def test_capacity_at_the_sample_rate_is_feasible() -> None:
     best = scored({"load_scale": 1.41, "capacity_met_slo": 1.0})
     verdict = judge_feasibility(policy(), best)
