@@ -50,7 +50,7 @@ from autotune.acceptance import (
 )
 from autotune.predict.facts import Facts
 from autotune.predict.observation import Observation
-from autotune.predict.replica import ReplicaOutcomes, predict_replica
+from autotune.predict.replica import MIN_SCALE, ReplicaOutcomes, predict_replica
 from autotune.predict.residual import GP_SCALE, fit_margin, fit_residual, uncapped, unpinned
 from autotune.predict.step_cost import StepCostModel
 from autotune.predict.workload import ConfigGrid, ReplicaFactors, WorkloadModel
@@ -81,6 +81,14 @@ class Prediction:
     log_sd: float
     risk: float             # probability the config misses the SLOs (infeasible)
     detail: Mapping[str, float] = field(default_factory=dict)
+    #: with the capacity reading, the probability it misses the SLOs at every rate the
+    #: reading tries, down to the slowest (it has no capacity at all); else None
+    risk_any_rate: float | None = None
+
+    @property
+    def reach_risk(self) -> float:
+        """:attr:`risk_any_rate` when known, else :attr:`risk`."""
+        return self.risk if self.risk_any_rate is None else self.risk_any_rate
 
 
 
@@ -370,8 +378,12 @@ class Predictor:
         out = members[0].out
         sd = np.sqrt(var)
         risk = 1.0 - _normal_cdf(margin / np.sqrt(margin_var))
+        # no capacity at all: a margin below the slowest rate's, halfway to a miss there
+        # (a miss at every rate reads 1 below the slowest rate tried: _model_margin)
+        floor = math.log(MIN_SCALE / self.target) - 0.5
+        risk_any = 1.0 - _normal_cdf((margin - floor) / np.sqrt(margin_var))
         if self.too_long:
-            risk = np.ones_like(risk)
+            risk = risk_any = np.ones_like(risk)
         preds = {}
         for i, c in enumerate(grid_all):
             preds[c] = Prediction(
@@ -385,7 +397,8 @@ class Predictor:
                         "tokens_per_step": float(out.tokens_per_step[i]),
                         "itl_p99_ms": float(out.itl_p99_ms[i]),
                         "ttft_p99_ms": float(out.ttft_p99_ms[i]),
-                        "fits": float(len(members))})
+                        "fits": float(len(members))},
+                risk_any_rate=float(risk_any[i]) if self.workload.find_capacity else None)
         self._predictions = preds
 
     def _member(self, fit: _Fit, grid_all: Sequence[TrialConfig]) -> _Member:

@@ -25,8 +25,10 @@ run, and what is left to find is the config with the most capacity (the fewest r
 serve the rate). The search then ranks and stops on the predicted value alone, with the best
 value measured so far as the incumbent, and its reasons say so.
 When, in addition, no config measured meets the SLO at any rate tried (there is no capacity
-to rank) after :data:`NO_RATE_STOP` configs, the search stops and says the SLO is out of the
-replica's reach.
+to rank), the search reads the config most likely to meet it at some rate (down to the capacity
+reading's slowest), and after :data:`NO_RATE_STOP` such configs stops once no unmeasured one
+has :data:`MIN_CHANCE` of meeting it at any rate, and says the SLO is out of the replica's
+reach.
 
 :class:`Guide` holds that state for one workload; :class:`GuidedStrategy` is the ``guided``
 strategy of :mod:`autotune.search.strategy` built on it.
@@ -254,19 +256,23 @@ class Guide:
                       key=lambda p: (-p.value, p.config))
         best = self._best_measured(lambda o: o.feasible)
         tried = {o.config for o in self.predictor.observations if o.margin_censored}
-        if best is None and len(tried) >= NO_RATE_STOP:
+        reachable = [p for p in unmeasured if 1.0 - p.reach_risk >= MIN_CHANCE]
+        if best is None and len(tried) >= NO_RATE_STOP and not reachable:
             return self._note(None, f"the SLO is out of this replica's reach: none of the "
                                     f"{len(tried)} configs measured meets it at any rate "
                                     f"tried and none of the {len(unmeasured)} unmeasured has "
-                                    f"a {MIN_CHANCE:.0%} chance; loosen the SLO or change the "
-                                    f"space or hardware", None, 0.0, len(free), len(free))
+                                    f"a {MIN_CHANCE:.0%} chance to at any rate; loosen the SLO "
+                                    f"or change the space or hardware", None, 0.0, len(free),
+                              len(free))
         if best is None:
             # no capacity to rank yet: before the SLO is called out of reach, read the config
-            # most likely to meet it (the best predicted among equals), which tests the knob
-            # the misses point at, rather than the one with the most predicted capacity
-            likeliest = min(unmeasured, key=lambda p: (p.risk, -p.value, p.config))
-            return self._note(likeliest.config, "most likely to meet the SLO" + context, None,
-                              math.inf, len(free), 0)
+            # most likely to meet it at some rate (the best predicted among equals), which
+            # tests the knob the misses point at, rather than the one with the most predicted
+            # capacity
+            likeliest = min(unmeasured, key=lambda p: (p.reach_risk, p.risk, -p.value,
+                                                       p.config))
+            return self._note(likeliest.config, "most likely to meet the SLO at some rate"
+                              + context, None, math.inf, len(free), 0)
         return self._improve(free, best, len(free), context)
 
     def _note(self, config: TrialConfig | None, reason: str, incumbent: float | None,

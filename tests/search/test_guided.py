@@ -190,6 +190,28 @@ def test_before_calling_the_slo_out_of_reach_the_config_likeliest_to_meet_it_is_
     assert d.config == c and "most likely to meet the SLO" in d.reason
 
 
+def test_two_misses_at_every_rate_do_not_stop_the_search_while_a_config_may_meet_at_some_rate(
+        ) -> None:
+    # Every config misses the rate to serve (risk 0.99), but the model gives d a 40% chance of
+    # meeting the SLO at some slower rate (Llama-3.1-8B on one H100, code prompts: window 1 with
+    # 8192-token chunks met a 200 ms p99 ITL at light load after window 7 x 8192 and window
+    # 1 x 2048 missed it at every rate): d is read before the SLO is called out of reach,
+    # though b has the most predicted capacity.
+    a, b, c, d = (TrialConfig(n, False, 64, 4096) for n in (1, 2, 3, 4))
+    fixed = _hopeless({a: (5.0, 6.0), b: (8.0, 12.0), c: (2.0, 2.5), d: (1.5, 2.0)}, risk=0.99)
+    fixed.preds = {k: replace(p, risk_any_rate=0.95) for k, p in fixed.preds.items()}
+    fixed.preds[d] = replace(fixed.preds[d], risk_any_rate=0.6)
+    g = Guide(fixed, epsilon=0.0)  # type: ignore[arg-type]
+    for missed in (BASELINE, a):
+        g.predictor.observe(Observation(missed, 0.0, False, margin_censored=True, meets=False))
+    decision = g.propose()
+    assert decision.config == d and "most likely to meet the SLO at some rate" in decision.reason
+    g.predictor.observe(Observation(d, 0.0, False, margin_censored=True, meets=False))
+    stop = g.propose()  # b and c are left, each with 5%
+    assert stop.config is None and "out of this replica's reach" in stop.reason
+    assert "chance to at any rate" in stop.reason
+
+
 def _censored_miss(config: TrialConfig, batch: float, itl: float, ttft: float) -> Observation:
     """A reading that missed the SLO at every rate tried (its slowest replay kept)."""
     return Observation(config, 0.0, False, scale=1 / 64, batch=batch, itl_p99_ms=itl,
