@@ -86,16 +86,18 @@ def kept_up(m: Measurement, arrival_span_s: float) -> float:
 
 
 def replay_margin(m: Measurement, slo: Slo, kept: float = math.nan) -> float:
-    """How far a replay is from the SLO's edge, as the log of its binding ratio (measured p99
-    over bound, and :data:`KEPT_UP` over ``kept`` (:func:`kept_up`) when the queue grew; the
-    largest):
-    <= 0 when the replay met the SLO, > 0 when it missed. A miss by failed requests alone
-    reads :data:`FAILED_MARGIN`."""
+    """How far a replay is from the SLO's edge, as the log of its binding ratio (the largest
+    of: measured p99 over bound, and the share of the rate it fell behind by, 1 - ``kept``
+    (:func:`kept_up`), over the share allowed, 1 - :data:`KEPT_UP`): <= 0 when the replay met
+    the SLO, > 0 when it missed. A miss by failed requests alone reads :data:`FAILED_MARGIN`.
+    A replica that kept up with the whole rate adds nothing (a ratio of 0), so the margin of a
+    replay far inside its bounds stays far below 0, where Brent's method reads it."""
     check = m.slo_check(slo)
     ratios = [measured / bound for measured, bound in ((check.ttft_p99_ms, slo.ttft_p99_ms),
-                                                       (check.itl_p99_ms, slo.itl_p99_ms),
-                                                       (KEPT_UP, kept if kept < 1 else None))
+                                                       (check.itl_p99_ms, slo.itl_p99_ms))
               if bound is not None and bound > 0]
+    if math.isfinite(kept):
+        ratios.append(max(1.0 - kept, 0.0) / (1.0 - KEPT_UP))
     worst = max(ratios, default=math.nan)
     margin = math.log(worst) if worst > 0 and math.isfinite(worst) else math.nan
     if check.met and not kept < KEPT_UP:
