@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pytest
 
-from autotune.orchestrate.capacity import KEPT_UP, kept_up, replay_at_capacity
+from autotune.orchestrate.capacity import KEPT_UP, kept_up, replay_at_capacity, replay_margin
 from autotune.types import Measurement, ReplaySchedule, Request, Slo
 
 #: Arrivals of the sample at time_scale 1: 120 requests, 0.5 s apart with a jitter.
@@ -139,3 +139,16 @@ def test_kept_up_is_not_fooled_by_long_requests_at_light_load() -> None:
     m = QueueReplica(0.05).replay(_schedule())
     long = replace(m, e2e_s=m.e2e_s + 20.0, duration_s=m.duration_s + 20.0)
     assert kept_up(long, float(ARRIVALS[-1] - ARRIVALS[0])) == 1.0
+
+
+def test_the_margin_counts_falling_behind_only_by_the_share_of_the_rate_lost() -> None:
+    # p99 TTFT a tenth of its bound: a replica that kept up (or lost a hair of the rate to
+    # noise) reads far inside the SLO; one that lost 5% of the rate is at the edge; one that
+    # kept up with half of it misses by the ratio of the shares lost, 50% over 5%
+    light = QueueReplica(0.05).replay(_schedule())
+    slo = Slo(ttft_p99_ms=10 * light.slo_check(SLO).ttft_p99_ms, itl_p99_ms=1000.0)
+    inside = math.log(0.1)
+    assert replay_margin(light, slo, 1.0) == pytest.approx(inside, abs=1e-9)
+    assert replay_margin(light, slo, 0.999) == pytest.approx(inside, abs=1e-9)
+    assert replay_margin(light, slo, KEPT_UP) == pytest.approx(0.0, abs=1e-9)
+    assert replay_margin(light, slo, 0.5) == pytest.approx(math.log(10.0))
