@@ -212,6 +212,25 @@ def test_two_misses_at_every_rate_do_not_stop_the_search_while_a_config_may_meet
     assert "chance to at any rate" in stop.reason
 
 
+def test_each_prefill_chunk_s_shortest_steps_are_read_before_the_slo_is_called_out_of_reach(
+        ) -> None:
+    # The baseline (window 7 x 8192) and window 1 x 2048 missed at every rate, and the model
+    # gives nothing a chance; window 1 x 8192 has the shortest steps at a chunk no window-1
+    # config was read at, so it is read before giving up, and only then does the search stop.
+    w1_2048, w1_8192, w3_8192 = (TrialConfig(n, False, 64, tok)
+                                 for n, tok in ((1, 2048), (1, 8192), (3, 8192)))
+    fixed = _hopeless({w1_2048: (5.0, 6.0), w3_8192: (8.0, 12.0), w1_8192: (2.0, 2.5)},
+                      risk=0.99)
+    g = Guide(fixed, epsilon=0.0)  # type: ignore[arg-type]
+    for missed in (BASELINE, w1_2048):
+        g.predictor.observe(Observation(missed, 0.0, False, margin_censored=True, meets=False))
+    decision = g.propose()
+    assert decision.config == w1_8192 and "shortest steps" in decision.reason
+    g.predictor.observe(Observation(w1_8192, 0.0, False, margin_censored=True, meets=False))
+    stop = g.propose()
+    assert stop.config is None and "out of this replica's reach" in stop.reason
+
+
 def _censored_miss(config: TrialConfig, batch: float, itl: float, ttft: float) -> Observation:
     """A reading that missed the SLO at every rate tried (its slowest replay kept)."""
     return Observation(config, 0.0, False, scale=1 / 64, batch=batch, itl_p99_ms=itl,
