@@ -190,6 +190,11 @@ def test_before_calling_the_slo_out_of_reach_the_config_likeliest_to_meet_it_is_
     assert d.config == c and "most likely to meet the SLO" in d.reason
 
 
+def _miss_at_every_rate(g: Guide, *configs: TrialConfig) -> None:
+    for c in configs:
+        g.predictor.observe(Observation(c, 0.0, False, margin_censored=True, meets=False))
+
+
 def test_two_misses_at_every_rate_do_not_stop_the_search_while_a_config_may_meet_at_some_rate(
         ) -> None:
     # Every config misses the rate to serve (risk 0.99), but the model gives d a 40% chance of
@@ -202,11 +207,10 @@ def test_two_misses_at_every_rate_do_not_stop_the_search_while_a_config_may_meet
     fixed.preds = {k: replace(p, risk_any_rate=0.95) for k, p in fixed.preds.items()}
     fixed.preds[d] = replace(fixed.preds[d], risk_any_rate=0.6)
     g = Guide(fixed, epsilon=0.0)  # type: ignore[arg-type]
-    for missed in (BASELINE, a):
-        g.predictor.observe(Observation(missed, 0.0, False, margin_censored=True, meets=False))
+    _miss_at_every_rate(g, BASELINE, a)
     decision = g.propose()
     assert decision.config == d and "most likely to meet the SLO at some rate" in decision.reason
-    g.predictor.observe(Observation(d, 0.0, False, margin_censored=True, meets=False))
+    _miss_at_every_rate(g, d)
     stop = g.propose()  # b and c are left, each with 5%
     assert stop.config is None and "out of this replica's reach" in stop.reason
     assert "chance to at any rate" in stop.reason
@@ -222,11 +226,10 @@ def test_each_prefill_chunk_s_shortest_steps_are_read_before_the_slo_is_called_o
     fixed = _hopeless({w1_2048: (5.0, 6.0), w3_8192: (8.0, 12.0), w1_8192: (2.0, 2.5)},
                       risk=0.99)
     g = Guide(fixed, epsilon=0.0)  # type: ignore[arg-type]
-    for missed in (BASELINE, w1_2048):
-        g.predictor.observe(Observation(missed, 0.0, False, margin_censored=True, meets=False))
+    _miss_at_every_rate(g, BASELINE, w1_2048)
     decision = g.propose()
     assert decision.config == w1_8192 and "shortest steps" in decision.reason
-    g.predictor.observe(Observation(w1_8192, 0.0, False, margin_censored=True, meets=False))
+    _miss_at_every_rate(g, w1_8192)
     stop = g.propose()
     assert stop.config is None and "out of this replica's reach" in stop.reason
 
