@@ -97,6 +97,12 @@ def _expected_improvement(p: Prediction, incumbent: float) -> float:
     return max(gain, 0.0) * (1.0 - p.risk)
 
 
+def _likeliest_first(p: Prediction) -> tuple[float, float, float, TrialConfig]:
+    """Sort key: likeliest to meet the SLO at some rate, then at the rate to serve, then the
+    best predicted."""
+    return p.reach_risk, p.risk, -p.value, p.config
+
+
 class Guide:
     """The guided-search state of one workload: a predictor plus the stop rule."""
 
@@ -256,13 +262,14 @@ class Guide:
                       key=lambda p: (-p.value, p.config))
         best = self._best_measured(lambda o: o.feasible)
         tried = {o.config for o in self.predictor.observations if o.margin_censored}
-        reachable = [p for p in unmeasured if 1.0 - p.reach_risk >= MIN_CHANCE]
-        shortest = self._shortest_steps_unread(unmeasured)
-        if best is None and len(tried) >= NO_RATE_STOP and not reachable and shortest:
-            return self._note(shortest.config, "the shortest steps at a prefill chunk not yet "
-                                               "read at them, before the SLO is called out of "
-                                               "reach" + context, None, math.inf, len(free), 0)
+        reachable = any(1.0 - p.reach_risk >= MIN_CHANCE for p in unmeasured)
         if best is None and len(tried) >= NO_RATE_STOP and not reachable:
+            shortest = self._shortest_steps_unread(unmeasured)
+            if shortest is not None:
+                return self._note(shortest.config, "the shortest steps at a prefill chunk not "
+                                                   "yet read at them, before the SLO is called "
+                                                   "out of reach" + context, None, math.inf,
+                                  len(free), 0)
             return self._note(None, f"the SLO is out of this replica's reach: none of the "
                                     f"{len(tried)} configs measured meets it at any rate "
                                     f"tried and none of the {len(unmeasured)} unmeasured has "
@@ -274,8 +281,7 @@ class Guide:
             # most likely to meet it at some rate (the best predicted among equals), which
             # tests the knob the misses point at, rather than the one with the most predicted
             # capacity
-            likeliest = min(unmeasured, key=lambda p: (p.reach_risk, p.risk, -p.value,
-                                                       p.config))
+            likeliest = min(unmeasured, key=_likeliest_first)
             return self._note(likeliest.config, "most likely to meet the SLO at some rate"
                               + context, None, math.inf, len(free), 0)
         return self._improve(free, best, len(free), context)
@@ -298,8 +304,7 @@ class Guide:
                 if o.config.num_speculative_tokens == smallest}
         candidates = [p for p in unmeasured if p.config.num_speculative_tokens == smallest
                       and p.config.max_num_batched_tokens not in read]
-        return min(candidates, key=lambda p: (p.reach_risk, p.risk, -p.value, p.config),
-                   default=None)
+        return min(candidates, key=_likeliest_first, default=None)
 
     def _note(self, config: TrialConfig | None, reason: str, incumbent: float | None,
               remaining: float, candidates: int, pruned: int) -> GuideDecision:
