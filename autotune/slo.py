@@ -30,7 +30,8 @@ if TYPE_CHECKING:  # numpy is imported where arrays are judged: read-only comman
     FloatArray = npt.NDArray[np.float64]
     BoolArray = npt.NDArray[np.bool_]
 
-__all__ = ["KEPT_UP", "Slo", "SloCheck", "margin_from_summary", "quantile_ms"]
+__all__ = ["KEPT_UP", "MAX_SCALE", "MIN_SCALE", "Slo", "SloCheck", "margin_from_summary",
+           "quantile_ms"]
 
 #: The percentile the SLO bounds (as a fraction).
 SLO_QUANTILE = 0.99
@@ -38,6 +39,10 @@ SLO_QUANTILE = 0.99
 #: A capacity replay that kept up with less than this share of its arrival rate fell behind:
 #: it misses the SLO whatever its p99s read (:func:`autotune.orchestrate.capacity.kept_up`).
 KEPT_UP = 0.95
+
+#: Bounds of a capacity reading's arrival scale (the multiple of the sample's rate replayed),
+#: shared by the capacity search and the predictor that forecasts its reading.
+MIN_SCALE, MAX_SCALE = 1 / 64, 64.0
 
 
 def quantile_ms(values: FloatArray, q: float) -> float:

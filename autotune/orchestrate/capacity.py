@@ -36,14 +36,11 @@ from dataclasses import replace
 from typing import NamedTuple
 
 from autotune.backends import Replica
-from autotune.slo import KEPT_UP
+from autotune.slo import KEPT_UP, MAX_SCALE, MIN_SCALE
 from autotune.types import Measurement, Progress, ReplaySchedule, Slo
 
 __all__ = ["KEPT_UP", "MAX_SCALE", "MIN_SCALE", "RESOLUTION", "kept_up", "replay_at_capacity",
            "replay_margin"]
-
-MIN_SCALE = 1 / 64
-MAX_SCALE = 64.0
 
 #: The capacity search stops refining once the highest rate met and the lowest missed are
 #: within this fraction of each other.

@@ -50,10 +50,11 @@ from autotune.acceptance import (
 )
 from autotune.predict.facts import Facts
 from autotune.predict.observation import Observation
-from autotune.predict.replica import MIN_SCALE, ReplicaOutcomes, predict_replica
+from autotune.predict.replica import ReplicaOutcomes, predict_replica
 from autotune.predict.residual import GP_SCALE, fit_margin, fit_residual, uncapped, unpinned
 from autotune.predict.step_cost import StepCostModel
 from autotune.predict.workload import ConfigGrid, ReplicaFactors, WorkloadModel
+from autotune.slo import MIN_SCALE
 from autotune.types import Request, Slo, TrialConfig
 
 __all__ = ["Prediction", "Predictor"]

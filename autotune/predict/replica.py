@@ -36,14 +36,13 @@ from autotune.predict.steady_state import (
 from autotune.predict.step_cost import StepCostModel
 from autotune.predict.trace_replay import trace_replay_latency
 from autotune.predict.workload import ConfigGrid, ReplicaFactors, WorkloadModel
+from autotune.slo import MAX_SCALE, MIN_SCALE
 
 __all__ = ["ReplicaOutcomes", "predict_replica"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
-#: Bounds of the capacity reading's arrival scale (as autotune.orchestrate.capacity).
-MIN_SCALE, MAX_SCALE = 1 / 64, 64.0
 _BISECTIONS = 13
 _PRUNE_AFTER = 4
 #: Share of ITL gaps / requests allowed above the SLO for the p99 to meet it.
