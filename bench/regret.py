@@ -306,14 +306,15 @@ class Table:
         best, _ = self.oracle()
         if config == best:
             return 0.0
-        rel = []
+        means, rel = [], []
         for c in (config, best):
             values = [r.value for r in self.readings[c]]
             mean = statistics.fmean(values) if values else 0.0
             if len(values) < 2 or mean <= 0:
                 return None
+            means.append(mean)
             rel.append(statistics.variance(values) / len(values) / mean**2)
-        return self.true_value(config) / self.true_value(best) * math.sqrt(sum(rel))
+        return means[0] / means[1] * math.sqrt(sum(rel))
 
 
 def build_table(reader: Reader, args: argparse.Namespace) -> Table:
