@@ -51,7 +51,15 @@ from autotune.acceptance import (
 from autotune.predict.facts import Facts
 from autotune.predict.observation import Observation
 from autotune.predict.replica import ReplicaOutcomes, predict_replica
-from autotune.predict.residual import GP_SCALE, fit_margin, fit_residual, uncapped, unpinned
+from autotune.predict.residual import (
+    GP_SCALE,
+    binding_tail,
+    fit_margin,
+    fit_residual,
+    novel_regime,
+    uncapped,
+    unpinned,
+)
 from autotune.predict.step_cost import StepCostModel
 from autotune.predict.workload import ConfigGrid, ReplicaFactors, WorkloadModel
 from autotune.slo import MIN_SCALE
@@ -430,7 +438,15 @@ class Predictor:
                                   o.margin is None or o.margin_censored)
                                  for o in self.observations
                                  if o.margin is not None or o.value is None])
-        return _Member(out, value_fit.log_mean, value_fit.log_sd**2 + pin * spread_value,
+        measured = [o for o in self.measured if o.itl_p99_ms is not None
+                    and o.ttft_p99_ms is not None]
+        novel = novel_regime(
+            binding_tail(out.itl_p99_ms, out.ttft_p99_ms, self.slo),
+            binding_tail(np.asarray([o.itl_p99_ms for o in measured], dtype=float),
+                         np.asarray([o.ttft_p99_ms for o in measured], dtype=float), self.slo),
+            sorted({index[o.config] for o in self.measured}))
+        return _Member(out, value_fit.log_mean,
+                       value_fit.log_sd**2 + pin * spread_value + novel * GP_SCALE**2,
                        margin_fit.log_mean, margin_fit.log_sd**2 + pin * spread_margin,
                        value_fit.model_error)
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from autotune.types import TrialConfig
+from autotune.types import Slo, TrialConfig
 
 __all__ = ["CAP_BINDS", "GP_NOISE", "GP_OFFSET", "GP_SCALE", "MARGIN_NOISE", "MARGIN_SCALE",
            "MORE_SLOTS_LOSS", "Residual", "fit_margin", "fit_residual",
@@ -260,4 +260,33 @@ def unpinned(configs: Sequence[TrialConfig], block: int, measured: Sequence[int]
     explained = (k_sx * np.linalg.solve(k_xx, k_sx.T).T).sum(axis=1)
     out: FloatArray = np.clip(1.0 - explained, 0.0, 1.0)
     out[list(measured)] = 0.0
+    return out
+
+
+def binding_tail(itl_p99_ms: FloatArray, ttft_p99_ms: FloatArray, slo: Slo) -> FloatArray:
+    """Which SLO tail is nearer its bound, per reading: 0 the p99 ITL, 1 the p99 TTFT
+    (NaN where a reading or a bound is missing: one tail only is no regime to tell apart)."""
+    if slo.itl_p99_ms is None or slo.ttft_p99_ms is None:
+        return np.full(len(itl_p99_ms), np.nan)
+    itl = np.asarray(itl_p99_ms, dtype=float) / slo.itl_p99_ms
+    ttft = np.asarray(ttft_p99_ms, dtype=float) / slo.ttft_p99_ms
+    return np.where(np.isfinite(itl) & np.isfinite(ttft), (ttft > itl).astype(float), np.nan)
+
+
+def novel_regime(predicted: FloatArray, measured: FloatArray, at: Sequence[int]) -> FloatArray:
+    """1 for a config whose predicted binding tail (:func:`binding_tail`) no run read, else 0
+    (0 at the measured configs ``at`` and wherever a tail is unknown).
+
+    The residual GP learns the model's error size from the runs, and they share a regime: on
+    Llama-70B on one MI300X every run of a mixed workload was held back by its p99 ITL, while
+    at 8 slots the queue (p99 TTFT) binds, and the model read that config 12% low, 4.5 times
+    the error size the ITL-bound runs taught. Such a config gets the prior's error variance
+    (:data:`GP_SCALE`) on top, until a run reads that regime.
+    """
+    seen = {float(b) for b in measured if np.isfinite(b)}
+    if not seen:
+        return np.zeros(len(predicted))
+    out: FloatArray = np.where(np.isfinite(predicted) & ~np.isin(predicted, list(seen)),
+                               1.0, 0.0)
+    out[list(at)] = 0.0
     return out
