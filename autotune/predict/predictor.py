@@ -26,7 +26,11 @@ in trace mode) and its SLO risk, with an interval. How:
 4. where no run pins a config (:func:`~autotune.predict.residual.unpinned`: no run near its
    ``max_num_batched_tokens``), the fitted model's reading is averaged
    with the facts' own and half their gap is added to its uncertainty: a fit made at one
-   prefill budget is an extrapolation at another.
+   prefill budget is an extrapolation at another;
+5. a config the model predicts is held back by the other SLO tail than every run was (p99
+   TTFT, the queue, where the runs' p99 ITL bound, or the reverse) gets the prior's error
+   variance on top (:func:`~autotune.predict.residual.novel_regime`): the error size the runs
+   taught was learned in another regime.
 
 Nothing here imports a backend: the simulator's hidden truth stays inside ``backends/sim``.
 """

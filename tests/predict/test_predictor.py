@@ -354,3 +354,27 @@ def test_a_budget_gain_read_at_one_window_carries_to_a_window_that_reads_alike()
     # with the window's lengthscale alone: 0.126 and sd 0.088 against 0.116
     assert alike_mean == pytest.approx(0.2, abs=0.03)
     assert alike_sd < 0.6 * apart_sd
+
+
+def test_a_run_in_one_regime_leaves_configs_in_the_other_uncertain() -> None:
+    """The error size learned from runs where one SLO tail binds does not cover a config where
+    the other does (Llama-70B on one MI300X: ITL-bound runs, a queue-bound best read 4.5 of
+    their error sds above its prediction). The same run, read once near its ITL bound and once
+    near its TTFT bound, leaves the configs predicted in the other regime the wider."""
+    configs = [TrialConfig(n, False, s, 8192) for n in (1, 3) for s in (8, 64)]
+    run = TrialConfig(3, False, 8, 8192)
+    preds = {}
+    for tail, ttft in (("itl", 50.0), ("ttft", 2900.0)):
+        p = predictor(requests(), configs)
+        p.observe(Observation(run, p.predict()[run].value, True, scale=0.6, itl_p99_ms=45.0,
+                              ttft_p99_ms=ttft))
+        preds[tail] = p.predict()
+    queue_bound, itl_bound = TrialConfig(1, False, 64, 8192), TrialConfig(1, False, 8, 8192)
+    for tail in ("itl", "ttft"):
+        d = preds[tail][queue_bound].detail
+        assert d["ttft_p99_ms"] / 3000 > d["itl_p99_ms"] / 100
+        d = preds[tail][itl_bound].detail
+        assert d["itl_p99_ms"] / 100 > d["ttft_p99_ms"] / 3000
+    assert preds["itl"][queue_bound].log_sd > 1.2 * preds["ttft"][queue_bound].log_sd
+    assert preds["ttft"][itl_bound].log_sd > 1.2 * preds["itl"][itl_bound].log_sd
+    assert preds["itl"][queue_bound].value == pytest.approx(preds["ttft"][queue_bound].value)
