@@ -37,3 +37,29 @@ def test_regret_carries_the_standard_error_of_the_oracles_readings(regret: Modul
     assert table.regret_se("best") == 0.0
     assert table.regret_se("once") is None       # one reading has no spread to read
     assert table.regret_se(None) is None
+
+
+def test_the_oracle_reads_again_what_it_cannot_tell_from_its_best(regret: ModuleType) -> None:
+    """A bimodal config read low twice is read until its mean settles (and may become the
+    best); a config far below the best or one whose readings agree is not read again."""
+    def read(*values: float) -> list[object]:
+        return [regret.Reading(v, True, {}, {}) for v in values]
+
+    table = regret.Table({"best": read(1.0, 1.0), "bimodal": read(0.85, 0.86),
+                          "steady": read(0.99, 0.99), "far": read(0.5, 0.7)})
+    later = {"bimodal": [1.2, 0.85, 1.2, 1.2, 0.86, 1.2], "best": [1.0] * 6}
+    asked: list[tuple[str, int]] = []
+
+    def more(config: str, seed: int) -> object:
+        asked.append((config, seed))
+        n = sum(1 for c, _ in asked if c == config)
+        return regret.Reading(later[config][n - 1], True, {}, {})
+
+    assert table.in_doubt("bimodal", 0.03, 0.005) is False  # read low twice: nothing to doubt
+    table.readings["bimodal"] = read(0.85, 1.2)
+    added = regret.settle(table, more, within=0.03, se_to=0.005, most=8)
+    assert {c for c, _ in asked} == {"bimodal"}
+    assert [s for _, s in asked] == [1002, 1003, 1004, 1005, 1006, 1007]
+    assert added == 6 and len(table.readings["bimodal"]) == 8
+    assert table.oracle()[0] == "bimodal"
+    assert not regret.settle(table, more, within=0.03, se_to=0.005, most=8)
