@@ -27,10 +27,11 @@ in trace mode) and its SLO risk, with an interval. How:
    ``max_num_batched_tokens``), the fitted model's reading is averaged
    with the facts' own and half their gap is added to its uncertainty: a fit made at one
    prefill budget is an extrapolation at another;
-5. a config the model predicts is held back by the other SLO tail than every run was (p99
-   TTFT, the queue, where the runs' p99 ITL bound, or the reverse) gets the prior's error
-   variance on top (:func:`~autotune.predict.residual.novel_regime`): the error size the runs
-   taught was learned in another regime.
+5. a config the model predicts is held back by another SLO tail than it predicts at every
+   run (p99 TTFT, the queue, where it puts every run's p99 ITL nearer its bound, or the
+   reverse) gets the prior's error variance on top
+   (:func:`~autotune.predict.residual.novel_regime`): the error size the runs taught was
+   learned in another regime.
 
 Nothing here imports a backend: the simulator's hidden truth stays inside ``backends/sim``.
 """
@@ -442,13 +443,8 @@ class Predictor:
                                   o.margin is None or o.margin_censored)
                                  for o in self.observations
                                  if o.margin is not None or o.value is None])
-        measured = [o for o in self.measured if o.itl_p99_ms is not None
-                    and o.ttft_p99_ms is not None]
-        novel = novel_regime(
-            binding_tail(out.itl_p99_ms, out.ttft_p99_ms, self.slo),
-            binding_tail(np.asarray([o.itl_p99_ms for o in measured], dtype=float),
-                         np.asarray([o.ttft_p99_ms for o in measured], dtype=float), self.slo),
-            sorted({index[o.config] for o in self.measured}))
+        novel = novel_regime(binding_tail(out.itl_p99_ms, out.ttft_p99_ms, self.slo),
+                             sorted({index[o.config] for o in self.measured}))
         return _Member(out, value_fit.log_mean,
                        value_fit.log_sd**2 + pin * spread_value + novel * GP_SCALE**2,
                        margin_fit.log_mean, margin_fit.log_sd**2 + pin * spread_margin,

@@ -273,20 +273,23 @@ def binding_tail(itl_p99_ms: FloatArray, ttft_p99_ms: FloatArray, slo: Slo) -> F
     return np.where(np.isfinite(itl) & np.isfinite(ttft), (ttft > itl).astype(float), np.nan)
 
 
-def novel_regime(predicted: FloatArray, measured: FloatArray, at: Sequence[int]) -> FloatArray:
-    """1 for a config whose predicted binding tail (:func:`binding_tail`) no run read, else 0
-    (0 at the measured configs ``at`` and wherever a tail is unknown).
+def novel_regime(tails: FloatArray, measured: Sequence[int]) -> FloatArray:
+    """1 for a config whose predicted binding tail (``tails``, :func:`binding_tail` of the
+    model's own reading) the model predicts at none of the ``measured`` configs, else 0 (0 at
+    the measured configs and wherever a tail is unknown).
 
-    The residual GP learns the model's error size from the runs, and they share a regime: on
-    Llama-70B on one MI300X every run of a mixed workload was held back by its p99 ITL, while
-    at 8 slots the queue (p99 TTFT) binds, and the model read that config 12% low, 4.5 times
-    the error size the ITL-bound runs taught. Such a config gets the prior's error variance
-    (:data:`GP_SCALE`) on top, until a run reads that regime.
+    The residual GP learns the model's error size at the runs, in the regime the model puts
+    them in, and the model's ITL physics and its queue (TTFT) physics err apart: on Llama-70B
+    on one MI300X every run of a mixed workload sat where the model says p99 ITL binds, while
+    at 8 slots it says the queue does, and it read that config 12% low, 4.5 times the error
+    size the runs taught. Such a config gets the prior's error variance (:data:`GP_SCALE`) on
+    top, until a run is read where the model predicts that tail. (The model's tail, not the
+    run's: where the model puts a whole prefill budget in the wrong regime, as on Llama-70B on
+    4xH100 for code, the runs it reads there teach that regime's error all the same.)
     """
-    seen = {float(b) for b in measured if np.isfinite(b)}
+    seen = {float(tails[i]) for i in measured if np.isfinite(tails[i])}
     if not seen:
-        return np.zeros(len(predicted))
-    out: FloatArray = np.where(np.isfinite(predicted) & ~np.isin(predicted, list(seen)),
-                               1.0, 0.0)
-    out[list(at)] = 0.0
+        return np.zeros(len(tails))
+    out: FloatArray = np.where(np.isfinite(tails) & ~np.isin(tails, list(seen)), 1.0, 0.0)
+    out[list(measured)] = 0.0
     return out

@@ -356,25 +356,19 @@ def test_a_budget_gain_read_at_one_window_carries_to_a_window_that_reads_alike()
     assert alike_sd < 0.6 * apart_sd
 
 
-def test_a_run_in_one_regime_leaves_configs_in_the_other_uncertain() -> None:
-    """The error size learned from runs where one SLO tail binds does not cover a config where
-    the other does (Llama-70B on one MI300X: ITL-bound runs, a queue-bound best read 4.5 of
-    their error sds above its prediction). The same run, read once near its ITL bound and once
-    near its TTFT bound, leaves the configs predicted in the other regime the wider."""
-    configs = [TrialConfig(n, False, s, 8192) for n in (1, 3) for s in (8, 64)]
-    run = TrialConfig(3, False, 8, 8192)
-    preds = {}
-    for tail, ttft in (("itl", 50.0), ("ttft", 2900.0)):
-        p = predictor(requests(), configs)
-        p.observe(Observation(run, p.predict()[run].value, True, scale=0.6, itl_p99_ms=45.0,
-                              ttft_p99_ms=ttft))
-        preds[tail] = p.predict()
-    queue_bound, itl_bound = TrialConfig(1, False, 64, 8192), TrialConfig(1, False, 8, 8192)
-    for tail in ("itl", "ttft"):
-        d = preds[tail][queue_bound].detail
-        assert d["ttft_p99_ms"] / 3000 > d["itl_p99_ms"] / 100
-        d = preds[tail][itl_bound].detail
-        assert d["itl_p99_ms"] / 100 > d["ttft_p99_ms"] / 3000
-    assert preds["itl"][queue_bound].log_sd > 1.2 * preds["ttft"][queue_bound].log_sd
-    assert preds["ttft"][itl_bound].log_sd > 1.2 * preds["itl"][itl_bound].log_sd
-    assert preds["itl"][queue_bound].value == pytest.approx(preds["ttft"][queue_bound].value)
+def test_configs_where_the_model_predicts_a_tail_no_run_sits_in_are_marked_novel() -> None:
+    """The model's error size learned where it says p99 ITL binds does not cover a config
+    where it says the queue (p99 TTFT) does (Llama-70B on one MI300X: a queue-bound best read
+    4.5 of the runs' error sds above its prediction); a run where it says TTFT binds covers
+    every such config, whatever tail the run itself read."""
+    from autotune.predict.residual import binding_tail, novel_regime
+
+    slo = Slo(3000, 100)  # p99 TTFT 3000 ms, p99 ITL 100 ms
+    itl = np.array([80.0, 85.0, 50.0, 45.0, 40.0])
+    ttft = np.array([300.0, 200.0, 2900.0, 2950.0, float("nan")])
+    tails = binding_tail(itl, ttft, slo)
+    assert tails[:4].tolist() == [0.0, 0.0, 1.0, 1.0] and np.isnan(tails[4])
+    assert novel_regime(tails, [0, 1]).tolist() == [0.0, 0.0, 1.0, 1.0, 0.0]
+    assert novel_regime(tails, [0, 2]).tolist() == [0.0] * 5
+    assert novel_regime(tails, []).tolist() == [0.0] * 5   # no run: the prior covers all
+    assert novel_regime(binding_tail(itl, ttft, Slo(None, 100)), [0]).tolist() == [0.0] * 5
