@@ -40,8 +40,9 @@ def test_regret_carries_the_standard_error_of_the_oracles_readings(regret: Modul
 
 
 def test_the_oracle_reads_again_what_it_cannot_tell_from_its_best(regret: ModuleType) -> None:
-    """A bimodal config read low twice is read until its mean settles (and may become the
-    best); a config far below the best or one whose readings agree is not read again."""
+    """A config whose readings split (0.85 and 1.2) is read until its mean settles, and becomes
+    the best; read low twice it is not read at all, nor is one far below the best or one whose
+    readings agree."""
     def read(*values: float) -> list[object]:
         return [regret.Reading(v, True, {}, {}) for v in values]
 

@@ -20,8 +20,8 @@ import numpy.typing as npt
 from autotune.types import Slo, TrialConfig
 
 __all__ = ["CAP_BINDS", "GP_NOISE", "GP_OFFSET", "GP_SCALE", "MARGIN_NOISE", "MARGIN_SCALE",
-           "MORE_SLOTS_LOSS", "Residual", "fit_margin", "fit_residual",
-           "uncapped", "unpinned"]
+           "MORE_SLOTS_LOSS", "Residual", "binding_tail", "fit_margin", "fit_residual",
+           "novel_regime", "uncapped", "unpinned"]
 
 FloatArray = npt.NDArray[np.float64]
 
