@@ -319,11 +319,10 @@ class Table:
             rel.append(statistics.variance(values) / len(values) / mean**2)
         return means[0] / means[1] * math.sqrt(sum(rel))
 
-    def in_doubt(self, config: Any, within: float, se_to: float) -> bool:
+    def in_doubt(self, config: Any, best: float, within: float, se_to: float) -> bool:
         """Whether the readings of ``config`` leave it unsettled near the top: its mean plus
-        two standard errors reaches within ``within`` of the best's mean, and that standard
-        error is above ``se_to`` of it (or its readings split on the SLO verdict)."""
-        _, best = self.oracle()
+        two standard errors reaches within ``within`` of ``best`` (the oracle's mean), and that
+        standard error is above ``se_to`` of it (or its readings split on the SLO verdict)."""
         values = [r.value for r in self.readings[config]]
         mean = statistics.fmean(values)
         se = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else math.inf
@@ -344,14 +343,16 @@ def settle(table: Table, read: Callable[[Any, int], Reading], *, within: float, 
     and scored a pick of it a 17.87% loss (regret_se 13.72%)."""
     added = 0
     while True:
+        _, best = table.oracle()
         todo = [c for c, rs in table.readings.items()
-                if len(rs) < most and table.in_doubt(c, within, se_to)]
+                if len(rs) < most and table.in_doubt(c, best, within, se_to)]
         if not todo:
             return added
         for c in todo:
             n = len(table.readings[c])
-            table.readings[c] += [read(c, 1000 + n + k) for k in range(min(2, most - n))]
-            added += min(2, most - n)
+            more = min(2, most - n)
+            table.readings[c] += [read(c, 1000 + n + k) for k in range(more)]
+            added += more
 
 
 def build_table(reader: Reader, args: argparse.Namespace) -> Table:

@@ -56,7 +56,7 @@ def test_the_oracle_reads_again_what_it_cannot_tell_from_its_best(regret: Module
         n = sum(1 for c, _ in asked if c == config)
         return regret.Reading(later[config][n - 1], True, {}, {})
 
-    assert table.in_doubt("bimodal", 0.03, 0.005) is False  # read low twice: nothing to doubt
+    assert table.in_doubt("bimodal", 1.0, 0.03, 0.005) is False  # read low twice: nothing to doubt
     table.readings["bimodal"] = read(0.85, 1.2)
     added = regret.settle(table, more, within=0.03, se_to=0.005, most=8)
     assert {c for c, _ in asked} == {"bimodal"}
