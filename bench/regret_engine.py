@@ -16,12 +16,16 @@ The oracle is held out per seed. Before the methods run, every config is read on
 so a drift of the machine shifts a seed rather than a config. Seed s is scored against the mean
 of the OTHER seeds' readings of every config: never against a reading its own trials saw, and
 without a separate oracle pass (with 3 seeds, 2 readings per config; the space's 15 configs x 3
-seeds are 45 runs, plus the repeats the methods take). Readings of one engine do not carry
-across machines, so the oracle and the trials are always taken together on the machine that
-runs them. tpe and random run on to the whole space (15 configs) rather than
-:data:`regret.LONG_RUN`; grid reads the baseline and :data:`regret.BUDGET` - 1 configs in a
-seeded order. Measure on an otherwise idle machine: bench/regret.py runs these units after the
-simulated ones, one at a time.
+seeds are 45 runs, plus the repeats the methods take). Then the oracle settles its top as on the
+simulator (regret.settle, ``--settle-*``): every config the pooled sweep cannot tell from its best
+is read again on replay seeds no method reads (1000 + its count of readings), and those readings
+join every seed's oracle. Two readings per config cannot rank this engine's configs: one config's
+readings vary by a median 3.4% and the five windows at 16 sequences lie within 6% of each other.
+Readings of one engine do not carry across machines, so the oracle and the trials are always
+taken together on the machine that runs them. tpe and random run on to the whole space (15
+configs) rather than :data:`regret.LONG_RUN`; grid reads the baseline and :data:`regret.BUDGET` - 1
+configs in a seeded order. Measure on an otherwise idle machine: bench/regret.py runs these units
+after the simulated ones, one at a time.
 
     .venv/bin/python bench/regret.py --engine --worlds vllm-cpu/eps005 \\
         --cache /work/runs/engine-regret.jsonl
@@ -32,11 +36,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import engine_oracle
 import engine_pairs
-from regret import BUDGET, FRESH_BASE, Reading, ReadingCache, Table
+from regret import BUDGET, FRESH_BASE, Reading, ReadingCache, Table, settle
 from regret_workloads import Workload
 from worlds import World
 
@@ -88,8 +93,8 @@ class EngineReader:
         for seed in range(seeds):  # seed-major: a drift of the machine shifts a seed, not a config
             for c in configs:
                 sweep[c].append(self.read(c, FRESH_BASE + 100 * seed))
-        return [Table({c: [r for t, r in enumerate(rs) if t != seed] for c, rs in sweep.items()})
-                for seed in range(seeds)]
+        return held_out(sweep, self.read, within=self.args.settle_within,
+                        se_to=self.args.settle_se, most=self.args.settle_max)
 
     def read(self, config: Any, replay_seed: int) -> Reading:
         """A fresh run of ``config`` (``replay_seed``: regret's FRESH_BASE + 100 seed + k)."""
@@ -108,7 +113,8 @@ class EngineReader:
         if self.backend is None:
             raise SystemExit(f"--engine-machine {self.replay_of!r}: {self.args.cache} holds no "
                              f"reading of {self.world.name} {config.short()} at replay seed "
-                             f"{replay_seed} taken on that machine; re-scoring measures nothing")
+                             f"{replay_seed} taken on that machine; re-scoring measures nothing "
+                             f"(a run recorded before the oracle settled: --settle-max 0)")
         schedule = ReplaySchedule(self.wl.requests, mode="closed",
                                   concurrency=engine_oracle.CONCURRENCY,
                                   warmup_requests=engine_oracle.WARMUP, seed=replay_seed)
@@ -121,6 +127,21 @@ class EngineReader:
         summary = _scalars_and_counters(out.summary)
         summary.update(decode_stats(m))  # as bench/regret.py's simulated reader keeps them
         return Reading(out.value, out.feasible, dict(out.constraints), summary)
+
+
+def held_out(sweep: dict[Any, list[Reading]], read: Callable[[Any, int], Reading], *,
+             within: float, se_to: float, most: int) -> list[Table]:
+    """One oracle per seed from ``sweep`` (each config's readings, the s-th taken by seed s):
+    seed s's holds every reading of a config but its own, plus the readings
+    :func:`regret.settle` adds where the pooled sweep cannot tell a config from its best. Those
+    are read by ``read`` on replay seeds of the oracle's own (1000 and up), which no method
+    reads, so they are held out from every seed and join every seed's oracle."""
+    seeds = len(next(iter(sweep.values())))
+    pooled = Table({c: list(rs) for c, rs in sweep.items()})
+    settle(pooled, read, within=within, se_to=se_to, most=most)
+    return [Table({c: [r for t, r in enumerate(rs) if t != seed] + pooled.readings[c][seeds:]
+                   for c, rs in sweep.items()})
+            for seed in range(seeds)]
 
 
 def _scalars_and_counters(summary: dict[str, Any]) -> dict[str, Any]:
