@@ -17,10 +17,11 @@ so a drift of the machine shifts a seed rather than a config. Seed s is scored a
 of the OTHER seeds' readings of every config: never against a reading its own trials saw, and
 without a separate oracle pass (with 3 seeds, 2 readings per config; the space's 15 configs x 3
 seeds are 45 runs, plus the repeats the methods take). Then the oracle settles its top as on the
-simulator (regret.settle, ``--settle-*``): every config the pooled sweep cannot tell from its best
-is read again on replay seeds no method reads (1000 + its count of readings), and those readings
-join every seed's oracle. Two readings per config cannot rank this engine's configs: one config's
-readings vary by a median 3.4% and the five windows at 16 sequences lie within 6% of each other.
+simulator (regret.settle, ``--settle-within``, ``--settle-max``): every config within reach of
+the pooled sweep's best is read again, in rounds, on replay seeds no method reads (1000 + its
+count of readings), and those readings join every seed's oracle (:func:`held_out`). Two
+readings per config cannot rank eps002's configs: one config's readings vary by a median 3.4%
+and the five windows at 16 sequences lie within 6% of each other.
 Readings of one engine do not carry across machines, so the oracle and the trials are always
 taken together on the machine that runs them. tpe and random run on to the whole space (15
 configs) rather than :data:`regret.LONG_RUN`; grid reads the baseline and :data:`regret.BUDGET` - 1
@@ -94,7 +95,7 @@ class EngineReader:
             for c in configs:
                 sweep[c].append(self.read(c, FRESH_BASE + 100 * seed))
         return held_out(sweep, self.read, within=self.args.settle_within,
-                        se_to=self.args.settle_se, most=self.args.settle_max)
+                        most=self.args.settle_max)
 
     def read(self, config: Any, replay_seed: int) -> Reading:
         """A fresh run of ``config`` (``replay_seed``: regret's FRESH_BASE + 100 seed + k)."""
@@ -130,15 +131,22 @@ class EngineReader:
 
 
 def held_out(sweep: dict[Any, list[Reading]], read: Callable[[Any, int], Reading], *,
-             within: float, se_to: float, most: int) -> list[Table]:
+             within: float, most: int) -> list[Table]:
     """One oracle per seed from ``sweep`` (each config's readings, the s-th taken by seed s):
     seed s's holds every reading of a config but its own, plus the readings
     :func:`regret.settle` adds where the pooled sweep cannot tell a config from its best. Those
     are read by ``read`` on replay seeds of the oracle's own (1000 and up), which no method
-    reads, so they are held out from every seed and join every seed's oracle."""
+    reads, so they are held out from every seed and join every seed's oracle.
+
+    Every config within reach of the best is read in each round, however steady its readings
+    (no ``se_to``): a server's readings move together over time or with the replay seed (on
+    eps002 the three configs of a first settling run read 3.1% lower at replay seeds 1005-1006
+    than at 1003-1004, every one of them), so a config left out of later rounds would be
+    compared with the others at another time. Read in the same rounds, on the same replay
+    seeds, the configs near the top share that movement."""
     seeds = len(next(iter(sweep.values())))
     pooled = Table({c: list(rs) for c, rs in sweep.items()})
-    settle(pooled, read, within=within, se_to=se_to, most=most)
+    settle(pooled, read, within=within, se_to=0.0, most=most)
     return [Table({c: [r for t, r in enumerate(rs) if t != seed] + pooled.readings[c][seeds:]
                    for c, rs in sweep.items()})
             for seed in range(seeds)]
