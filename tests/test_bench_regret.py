@@ -12,15 +12,20 @@ import pytest
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 
-@pytest.fixture
-def regret(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+def _bench_module(name: str, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """bench/NAME.py, loaded as the module ``name`` with bench/ on the path."""
     monkeypatch.syspath_prepend(str(BENCH))
-    spec = importlib.util.spec_from_file_location("regret", BENCH / "regret.py")
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "regret", module)
+    monkeypatch.setitem(sys.modules, name, module)
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture
+def regret(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    return _bench_module("regret", monkeypatch)
 
 
 def test_regret_carries_the_standard_error_of_the_oracles_readings(regret: ModuleType) -> None:
@@ -66,15 +71,13 @@ def test_the_oracle_reads_again_what_it_cannot_tell_from_its_best(regret: Module
     assert not regret.settle(table, more, within=0.03, se_to=0.005, most=8)
 
 
-def test_a_real_engine_seed_is_scored_on_readings_it_never_saw(regret: ModuleType) -> None:
+def test_a_real_engine_seed_is_scored_on_readings_it_never_saw(
+        regret: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
     """Seed s's oracle holds the other seeds' sweep readings of every config and the readings
     the settle step adds on the oracle's own replay seeds: never seed s's own reading. Every
     config within reach of the best is read in the same rounds, a steady one too; one far below
     is not read again."""
-    spec = importlib.util.spec_from_file_location("regret_engine", BENCH / "regret_engine.py")
-    assert spec is not None and spec.loader is not None
-    engine = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(engine)
+    engine = _bench_module("regret_engine", monkeypatch)
 
     def reading(value: float, tag: str) -> object:
         return regret.Reading(value, True, {}, {"tag": tag})
