@@ -112,10 +112,13 @@ class EngineReader:
         from autotune.types import ReplaySchedule
 
         if self.backend is None:
+            why = ("a run recorded before the oracle settled: --settle-max 0"
+                   if replay_seed < FRESH_BASE else
+                   "a method's reading: the search code differs from the recorded run's")
             raise SystemExit(f"--engine-machine {self.replay_of!r}: {self.args.cache} holds no "
                              f"reading of {self.world.name} {config.short()} at replay seed "
                              f"{replay_seed} taken on that machine; re-scoring measures nothing "
-                             f"(a run recorded before the oracle settled: --settle-max 0)")
+                             f"({why})")
         schedule = ReplaySchedule(self.wl.requests, mode="closed",
                                   concurrency=engine_oracle.CONCURRENCY,
                                   warmup_requests=engine_oracle.WARMUP, seed=replay_seed)
