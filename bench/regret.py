@@ -662,7 +662,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="the search methods to score (default: all; the seed default is "
                              "always scored)")
     parser.add_argument("--cache", help="JSON-lines file of readings (read, appended)")
-    parser.add_argument("--detail", type=Path, help="write per-run details (JSON) here")
+    parser.add_argument("--detail", type=Path,
+                        help="write per-run details (JSON) here, after each unit "
+                             "(\"complete\": false until every unit finished)")
     parser.add_argument("--out", type=Path,
                         help="rewrite the JSON over the units finished so far here after "
                              "each one (\"complete\": false until the last)")
@@ -700,14 +702,15 @@ def main(argv: list[str] | None = None) -> int:
         log(f"  ({res.measured} readings measured, {res.seconds:.0f} s)")
         measured += res.measured
         by_world[res.world].append({**res.detail, "workload": res.workload})
+        partial = result(by_world, [wl.name for wl in wls], seeds)
         if args.out:
-            partial = result(by_world, [wl.name for wl in wls], seeds)
             args.out.write_text(json.dumps({**partial, "complete": done == len(units)}) + "\n")
+        if args.detail:  # after each unit too: a run stopped early keeps what it finished
+            args.detail.write_text(json.dumps({"result": partial, "units": by_world,
+                                               "complete": done == len(units)},
+                                              indent=1, default=str))
     out = result(by_world, [wl.name for wl in wls], seeds)
     every = [u for details in by_world.values() for u in details]
-    if args.detail:
-        args.detail.write_text(json.dumps({"result": out, "units": by_world}, indent=1,
-                                          default=str))
     if not args.json:
         for name, details in by_world.items():
             if not details:
