@@ -15,10 +15,7 @@ capacity within 10% of the target rate), or beat another config meeting the SLO 
 predicted for it (:meth:`~autotune.search.strategy.Strategy.surprise`: a lucky replay looks like
 a discovery). It is read again before the search stops, or with the last trial of the budget,
 so that one favourable reading is never what gets recommended. When the second reading drops
-it below the runner-up, the new leader is held to the same rule. When it stays ahead by less
-than :data:`CLOSE_RACE`, the runner-up, if read once, is read again too: a race is called on
-as many readings of each, so an unlucky first reading of the runner-up is caught as a lucky
-one of the leader is.
+it below the runner-up, the new leader is held to the same rule.
 """
 
 from __future__ import annotations
@@ -185,10 +182,8 @@ class Searcher:
         value, best = ranked[0]
         readings = self._readings[best]
         first = readings[0]
-        if best in running or first is None:
+        if best in running or len(readings) > 1 or first is None:
             return None
-        if len(readings) > 1:
-            return self._unconfirmed_runner_up(ranked, running)
         if self.slo is not None and close_call(first, self.slo, self.target):
             return best, "a close call: it met the SLO by less than 10%"
         surprise = self.strategy.surprise(best, first)
@@ -199,21 +194,6 @@ class Searcher:
             return best, (f"a close race: {gap:.1%} ahead of {ranked[1][1].short()}, "
                           f"inside one reading's noise")
         return None
-
-    def _unconfirmed_runner_up(self, ranked: list[tuple[float, TrialConfig]],
-                               running: set[TrialConfig]) -> tuple[TrialConfig, str] | None:
-        """The runner-up of a leader read more than once, when it was read once and trails by
-        less than :data:`CLOSE_RACE` (a race is called on as many readings of each), or None."""
-        if len(ranked) < 2:
-            return None
-        (value, best), (second_value, second) = ranked[0], ranked[1]
-        if second in running or len(self._readings[second]) > 1 or value <= 0:
-            return None
-        gap = (value - second_value) / value
-        if gap >= CLOSE_RACE:
-            return None
-        return second, (f"the runner-up of a close race: {gap:.1%} behind {best.short()}, "
-                        f"which was read {len(self._readings[best])} times")
 
     def _repeat(self, confirm: tuple[TrialConfig, str]) -> Suggestion:
         config, why = confirm

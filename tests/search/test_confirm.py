@@ -79,25 +79,23 @@ def test_a_close_race_is_read_again_and_the_new_leader_too(tmp_path: Path) -> No
     assert len(seen) == 7 and s.stop_reason  # baseline + 4 configs + 2 repeats, within 8
 
 
-def test_a_close_race_reads_the_runner_up_again_too(tmp_path: Path) -> None:
-    # (1, 16) leads (3, 16) by 3.2% on one reading each and again on its second; (3, 16)'s one
-    # reading was its unlucky one, and its second puts it ahead on two readings each
+def test_a_leader_that_keeps_its_lead_ends_the_race(tmp_path: Path) -> None:
+    # (1, 16) leads (3, 16) by 3.2% on one reading each and again on its second: the race is
+    # called there, without a second reading of the runner-up (reading it again too, judged
+    # on bench/regret.py, moved no world's regret and cost vllm-cpu/eps002 two median runs)
     first = {(1, 16): 3.1, (3, 16): 3.0, (1, 4): 1.0, (3, 4): 1.2}
     second = {(1, 16): 3.1, (3, 16): 3.3}
     s = open_search(policy(8), "r", "w", f"sqlite:///{tmp_path}/s.db")  # type: ignore[arg-type]
     seen: list[Scored] = []
-    whys = []
     while (sug := s.ask()) is not None:
         key = (sug.config.num_speculative_tokens, sug.config.max_num_seqs)
         out = reading(30.0, (second if sug.is_repeat else first).get(key, 0.5))
         seen.append(Scored(sug.number, sug.config, out, sug.is_baseline))
-        whys += [sug.why] if sug.is_repeat else []
         s.tell(sug, out)
     repeats = [(c.config.num_speculative_tokens, c.config.max_num_seqs) for c in seen[5:]]
-    assert repeats == [(1, 16), (3, 16)] and len(seen) == 7  # each of the two read twice
-    assert "runner-up of a close race: 3.2% behind n=1" in whys[1]
+    assert repeats == [(1, 16)] and len(seen) == 6 and s.stop_reason
     best = select_best(seen, target=1.0, slo=SLO)
-    assert best is not None and best.config == TrialConfig(3, False, 16, 4096)
+    assert best is not None and best.config == TrialConfig(1, False, 16, 4096)
 
 
 def test_a_clear_winner_is_not_read_again(tmp_path: Path) -> None:
