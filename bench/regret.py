@@ -702,6 +702,8 @@ def main(argv: list[str] | None = None) -> int:
         log(f"  ({res.measured} readings measured, {res.seconds:.0f} s)")
         measured += res.measured
         by_world[res.world].append({**res.detail, "workload": res.workload})
+        if not (args.out or args.detail):
+            continue
         partial = result(by_world, [wl.name for wl in wls], seeds)
         if args.out:
             args.out.write_text(json.dumps({**partial, "complete": done == len(units)}) + "\n")
