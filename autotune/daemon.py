@@ -6,11 +6,13 @@ tunes again. Scheduled and change-triggered passes re-tune only workloads whose 
 since their active recommendation was tuned (``autotune.traffic.drift``).
 
 SIGTERM, SIGINT and SIGHUP stop it at any moment, sent to the process or to its whole process
-group (``timeout``, systemd): :func:`stop_signals` turns the first one into KeyboardInterrupt
-(later ones are ignored while stopping), the trial in flight is aborted (its replica stopped, a
-Ray this pass started shut down), the run is marked ``interrupted`` (:func:`run_pass`), the
-state file says ``stopped`` and the daemon exits 0. A state file (default
-``storage/daemon.json``) says what the daemon is doing, for ``autotune status``.
+group (``timeout``, systemd): :func:`~autotune.orchestrate.signals.stop_signals` turns the
+first one into KeyboardInterrupt (later ones are ignored while stopping), the trial in flight
+is aborted (its replica stopped, a Ray this pass started shut down), the run is marked
+``interrupted`` (:func:`run_pass`), the state file says ``stopped`` and the daemon exits 0. A
+state file (default ``storage/daemon.json``) says what the daemon is doing, for
+``autotune status``. The daemon announces the moments ``loading`` and ``sleeping`` of its
+passes (:mod:`~autotune.orchestrate.moments`).
 """
 
 from __future__ import annotations
@@ -26,13 +28,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from autotune.errors import AutotuneError, ConfigError, StoreError, TrafficError
 from autotune.export import write_atomic
 from autotune.orchestrate import Reporter, TuneOptions, TuneResult, tune
-from autotune.orchestrate.pool import hold_point, process_running
+from autotune.orchestrate.moments import announce_moment
+from autotune.orchestrate.processes import process_running
+from autotune.orchestrate.signals import stop_signals
 from autotune.store import HeldLease, LeaseHeld, Store
 from autotune.store.engine import database_error_in
 from autotune.traffic import file_sha256
@@ -49,7 +52,6 @@ __all__ = [
     "run_daemon",
     "run_nightly",
     "run_pass",
-    "stop_signals",
     "tuning_lease",
     "write_stopped_state",
 ]
@@ -84,42 +86,6 @@ def next_cron(expr: str, after: datetime) -> datetime:
         raise ConfigError(f"schedule.cron: {expr!r} is not a valid cron expression ({e}); "
                           "use five fields, e.g. '0 2 * * *' for 02:00 daily") from e
     return nxt
-
-
-#: The signals that stop autotune cleanly: systemd and `timeout` send SIGTERM, a terminal
-#: Ctrl-C SIGINT, a closed terminal or `kill -HUP` SIGHUP.
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-
-
-@contextmanager
-def stop_signals() -> Iterator[None]:
-    """Make SIGTERM, SIGINT and SIGHUP raise KeyboardInterrupt while the block runs, so every
-    replica is stopped and the run marked interrupted on the way out.
-
-    Only the first signal raises: the same stop often arrives twice (``timeout`` signals its
-    child and then the child's process group), and a second KeyboardInterrupt would cut the
-    clean stop short (the run left ``running``, the state file not written). Later ones are
-    logged and ignored; SIGKILL remains for a stop that hangs.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    stopping: list[str] = []
-
-    def handler(signum: int, _frame: FrameType | None) -> None:
-        name = signal.Signals(signum).name
-        if stopping:
-            log.warning("%s: already stopping (on %s)", name, stopping[0])
-            return
-        stopping.append(name)
-        raise KeyboardInterrupt(name)
-
-    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old if old is not None else signal.SIG_DFL)
 
 
 def _stop_main_thread(_why: str) -> None:
@@ -331,7 +297,7 @@ def run_daemon(options: DaemonOptions, store: Store,
                 in_pass = True
                 _write_state(state, status="tuning", reason=reason, current_run=None,
                              last_run=last_run, next_pass=None, traffic=str(traffic))
-                hold_point("loading")
+                announce_moment("loading")
                 if watch.path.exists():
                     watch.snapshot()
                 opts = replace(options.tune, drift_check=passes > 0)
@@ -358,7 +324,7 @@ def run_daemon(options: DaemonOptions, store: Store,
                 log.warning("next pass %s; watching %s for changes",
                             f"at {due.isoformat(timespec='seconds')}" if due else
                             "when the traffic changes", traffic)
-                hold_point("sleeping")
+                announce_moment("sleeping")
                 reason = _sleep_until(due, watch, options.poll_s)
     except KeyboardInterrupt as e:
         log.warning("stopping on %s%s", e.args[0] if e.args else "SIGINT",
@@ -405,7 +371,7 @@ def run_nightly(options: TuneOptions, store: Store, traffic_dir: Path, count: in
     summary: dict[str, Any] = {"status": "finished", "samples": []}
     for path in newest_samples(traffic_dir, count):
         with tuning_lease(store, path, "nightly"):
-            hold_point("loading")
+            announce_moment("loading")
             result = run_pass(replace(options, traffic=path, drift_check=True), store,
                               reporter)
         summary["samples"].append(pass_summary(path, result))

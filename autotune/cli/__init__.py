@@ -117,7 +117,8 @@ def start(traffic: Path, once: bool, endpoint: str | None, every: float | None,
       autotune start --traffic sample.jsonl --policy policies/latency.yaml --budget-trials 8
       autotune start --traffic /data/traffic.jsonl --every 30m
     """
-    from autotune.daemon import DaemonOptions, run_daemon, run_pass, stop_signals, tuning_lease
+    from autotune.daemon import DaemonOptions, run_daemon, run_pass, tuning_lease
+    from autotune.orchestrate.signals import stop_signals
     from autotune.orchestrate.tuning import load_traffic
     from autotune.ui import RichReporter, err, print_pass
 
@@ -497,7 +498,8 @@ def nightly(traffic_dir: Path, latest: int, db: str | None, **flags: Any) -> Non
     Example (cron, 02:00 daily):
       0 2 * * * autotune nightly --traffic-dir /data/traffic --db $AUTOTUNE_DB_URL
     """
-    from autotune.daemon import run_nightly, stop_signals
+    from autotune.daemon import run_nightly
+    from autotune.orchestrate.signals import stop_signals
     from autotune.ui import err, print_json
 
     with stop_signals():

@@ -6,7 +6,10 @@ workloads (:mod:`~autotune.orchestrate.workloads`), open or resume the run
 sharing replicas by :mod:`~autotune.orchestrate.fair_share`), recommend
 (:mod:`autotune.recommend`). Trials run on a :class:`Pool`: in this process
 (:class:`SerialPool`) or on Ray replica actors (:mod:`~autotune.orchestrate.ray_pool`), read at
-capacity when the policy asks (:mod:`~autotune.orchestrate.capacity`).
+capacity when the policy asks (:mod:`~autotune.orchestrate.capacity`). Around them: the stop
+signals and how they stop a pass cleanly (:mod:`~autotune.orchestrate.signals`), whether a
+process runs (:mod:`~autotune.orchestrate.processes`) and the moments a pass announces
+(:mod:`~autotune.orchestrate.moments`).
 """
 
 from __future__ import annotations

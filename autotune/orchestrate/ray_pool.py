@@ -42,6 +42,7 @@ from typing import Any
 
 from autotune.backends import Backend, create_backend
 from autotune.errors import AutotuneError, BackendError, DependencyError
+from autotune.orchestrate.moments import announce_moment
 from autotune.orchestrate.pacing import paced
 from autotune.orchestrate.placement import (
     NodeResources,
@@ -54,16 +55,9 @@ from autotune.orchestrate.placement import (
     replicas_fit,
     reserve,
 )
-from autotune.orchestrate.pool import (
-    Pool,
-    SerialPool,
-    TrialResult,
-    TrialTask,
-    hold_point,
-    process_running,
-    run_trial,
-    signals_held,
-)
+from autotune.orchestrate.pool import Pool, SerialPool, TrialResult, TrialTask, run_trial
+from autotune.orchestrate.processes import process_running
+from autotune.orchestrate.signals import signals_held
 from autotune.types import Progress, ServeSpec
 
 __all__ = ["RayPool", "RaySettings", "ReplicaWorker", "open_pool", "uses_ray"]
@@ -271,7 +265,7 @@ class RayPool:
             if owns:
                 with signals_held():
                     _connect(ray, s, (wanted or 1) * shape.cpus)
-                    hold_point("pool-starting")
+                    announce_moment("pool-starting")
             nodes = live_nodes()
             if wanted is None:
                 wanted = max(1, replicas_fit(shape, nodes))
@@ -330,7 +324,7 @@ class RayPool:
         self._closed = True
         ray = _ray()
         with signals_held():
-            hold_point("pool-stopping")
+            announce_moment("pool-stopping")
             if self.owns_ray:
                 # Stopping the Ray this pool started ends its actors and placement groups with
                 # it, without a call to its GCS, which a signal to the whole process group
@@ -346,7 +340,7 @@ class RayPool:
         self._slots = []
         self._queue.clear()
         self._inflight.clear()
-        hold_point("recommending")
+        announce_moment("recommending")
 
     # ---------------------------------------------------------------------- the Pool API
     def gpu_kind(self) -> str | None:
@@ -378,7 +372,7 @@ class RayPool:
 
     def wait(self) -> TrialResult:
         ray = _ray()
-        hold_point("trial")
+        announce_moment("trial")
         while True:
             if self._failed:
                 return self._failed.popleft()

@@ -10,6 +10,7 @@ import pytest
 
 from autotune.backends import create_backend
 from autotune.errors import ConfigError
+from autotune.orchestrate import pacing
 from autotune.orchestrate.pacing import PacedBackend, paced
 from autotune.orchestrate.placement import (
     NodeResources,
@@ -90,7 +91,23 @@ def test_one_sim_replica_without_address_runs_in_process(small_sample: Path) -> 
     assert time.monotonic() - t0 >= 0.3  # the pacing reached the serial pool's backend
 
 
-def test_pacing_keeps_the_measurement(small_sample: Path) -> None:
+class _Clock:
+    """A monotonic clock that moves only when told to or when slept on (records the sleeps)."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.sleeps: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+def test_pacing_is_one_floor_per_trial_and_keeps_the_measurement(
+        small_sample: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     policy = load_policy()
     backend = create_backend("sim", policy.serve.spec(), policy.sim.model_dump(), 0)
     assert paced(backend, 0) is backend
@@ -100,15 +117,22 @@ def test_pacing_keeps_the_measurement(small_sample: Path) -> None:
     schedule = policy.replay.schedule(load_sample(small_sample).requests[:30], seed=1)
     config = TrialConfig(4, False, 32, 8192)
     plain = backend.start(config).replay(schedule)
-    t0 = time.monotonic()
+    clock = _Clock()
+    monkeypatch.setattr(pacing, "time", clock)  # the pacing's clock, not the simulator's
     replica = slow.start(config)
     m = replica.replay(schedule)
+    clock.now += 0.25  # as if each replay took a quarter of a second
     m2 = replica.replay(schedule)  # several replays in one trial: one floor for the trial
+    clock.now += 0.25
+    assert clock.sleeps == []  # a replay never waits
     replica.stop()
-    assert 1.0 <= time.monotonic() - t0 < 2.0  # paced per replay it would be >= 2 s
-    t1 = time.monotonic()
+    assert clock.sleeps == [0.5]  # the rest of the trial's one second
     replica.stop()  # idempotent, no second wait
-    assert time.monotonic() - t1 < 0.2
+    assert clock.sleeps == [0.5]
+    late = slow.start(config)
+    clock.now += 1.5  # a trial longer than the floor
+    late.stop()
+    assert clock.sleeps == [0.5]
     assert m2.output_tokens.tolist() == m.output_tokens.tolist()
     assert m.output_tokens.tolist() == plain.output_tokens.tolist()
     assert m.e2e_s.tolist() == plain.e2e_s.tolist()

@@ -1,4 +1,8 @@
-"""The Ray replica pool on the session's local cluster (2 CPUs, 16 logical GPUs)."""
+"""The Ray replica pool on the session's local cluster (2 CPUs, 16 logical GPUs).
+
+A replica is killed while it is held at the ``replaying`` moment of a trial (``tests/holds``),
+so it dies in the middle of that trial whatever the machine's speed.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +10,12 @@ import logging
 import os
 import signal
 import threading
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+from holds import Holds
 
 from autotune.errors import BackendError, ConfigError
 from autotune.orchestrate import Reporter, TuneOptions, tune
@@ -37,14 +41,18 @@ def _schedule(policy: Policy, sample: Path, n: int = 30) -> ReplaySchedule:
     return policy.replay.schedule(load_sample(sample).requests[:n], seed=0)
 
 
-def _wait_busy(pool: RayPool, key: object, timeout_s: float = 20.0) -> dict[str, Any]:
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        for r in pool.replicas():
-            if r["busy"] == key:
-                return r
-        time.sleep(0.05)
-    raise AssertionError(f"no replica picked up trial {key!r}")
+def _replica_of(pool: RayPool, pid: int) -> dict[str, Any]:
+    """The live replica whose actor runs as process ``pid`` (its id, busy trial key, ...)."""
+    (replica,) = [r for r in pool.replicas() if r["pid"] == pid]
+    return replica
+
+
+def _kill_held(pool: RayPool, holds: Holds) -> dict[str, Any]:
+    """Wait until a replica of ``pool`` is held, SIGKILL its process; the replica it was."""
+    held = holds.wait(timeout_s=120)
+    victim = _replica_of(pool, held.pid)
+    os.kill(held.pid, signal.SIGKILL)
+    return victim
 
 
 def test_accelerator_kinds_are_read_off_ray_s_node_resources() -> None:
@@ -73,10 +81,11 @@ def test_vllm_replicas_packed_one_per_gpu_bundle(ray_cluster: Any) -> None:
         # the kind Ray reports for their node is what a guided search takes as the hardware
         assert pool.gpu_kind() == "H100"
 
-        t0 = time.monotonic()
+        groups = set(ray_cluster.util.placement_group_table())
         with pytest.raises(ConfigError) as e:
             RayPool.open(replace(settings, replicas=3))
-        assert time.monotonic() - t0 < 10
+        # refused before reserving anything (not after waiting for GPUs that cannot come)
+        assert set(ray_cluster.util.placement_group_table()) == groups
         msg = str(e.value)
         assert "24 GPUs" in msg and "16 GPUs" in msg and "at most 2" in msg
 
@@ -110,26 +119,23 @@ def test_two_sim_replicas_share_one_run(ray_cluster: Any, small_sample: Path,
 
 
 class _KillOnce(Reporter):
-    """Kills the process of the replica running the first trial, one second into it."""
+    """Kills the process of the first replica held at ``replaying`` (from a thread, while the
+    pass goes on) and records each trial's error."""
 
-    def __init__(self) -> None:
-        self.pool: RayPool | None = None
+    def __init__(self, holds: Holds) -> None:
+        self.holds = holds
         self.killed: dict[str, Any] = {}
+        self.failure: BaseException | None = None
         self.errors: list[str | None] = []
 
-    def trial_started(self, workload: str, s: Suggestion, budget: int,
-                      finished: int) -> None:
-        if self.killed or self.pool is None:
-            return
-        self.killed = {"key": (workload, s.number)}
-        threading.Thread(target=self._kill, daemon=True).start()
+    def watch(self, pool: RayPool) -> None:
+        threading.Thread(target=self._kill, args=(pool,), daemon=True).start()
 
-    def _kill(self) -> None:
-        assert self.pool is not None
-        victim = _wait_busy(self.pool, self.killed["key"])
-        time.sleep(0.5)
-        self.killed.update(victim)
-        os.kill(victim["pid"], signal.SIGKILL)
+    def _kill(self, pool: RayPool) -> None:
+        try:
+            self.killed.update(_kill_held(pool, self.holds))
+        except BaseException as e:  # said by the test, not lost in this thread
+            self.failure = e
 
     def trial_finished(self, workload: str, s: Suggestion, outcome: object,
                        error: str | None) -> None:
@@ -138,14 +144,16 @@ class _KillOnce(Reporter):
 
 @pytest.mark.slow
 def test_killed_replica_trial_is_retried_and_run_completes(
-        ray_cluster: Any, small_sample: Path, db_url: str, tmp_path: Path,
-        caplog: pytest.LogCaptureFixture) -> None:
+        ray_cluster: Any, replica_holds: Holds, small_sample: Path, db_url: str,
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     policy = load_policy(overrides={"budget.trials": 4, "budget.max_retries": 2})
-    reporter = _KillOnce()
+    reporter = _KillOnce(replica_holds)
+    replica_holds.hold_at("replaying")
 
     def make_pool(backend: object, rep: Reporter) -> RayPool:
-        reporter.pool = RayPool.open(_sim_settings(policy, replicas=2, min_trial_s=1.5))
-        return reporter.pool
+        pool = RayPool.open(_sim_settings(policy, replicas=2))
+        reporter.watch(pool)
+        return pool
 
     store = Store.open(db_url)
     options = TuneOptions(traffic=small_sample, policy=policy, workloads=["code"],
@@ -154,6 +162,7 @@ def test_killed_replica_trial_is_retried_and_run_completes(
         result = tune(options, store, reporter, pool_factory=make_pool)
     for rec in caplog.records:
         print(rec.getMessage())
+    assert reporter.failure is None, reporter.failure
     assert result.status == "finished"
     trials = store.trials(result.run_id)
     for t in trials:
@@ -163,7 +172,7 @@ def test_killed_replica_trial_is_retried_and_run_completes(
     assert len(trials) == 4 and all(t.state == "complete" for t in trials)
     assert reporter.errors == [None] * 4
     killed = reporter.killed
-    retried = [t for t in trials if ("code", t.number) == killed["key"]]
+    retried = [t for t in trials if (t.workload, t.number) == killed["busy"]]
     assert len(retried) == 1 and retried[0].attempts == 2
     assert retried[0].replica != killed["replica"]  # ran again on another replica
     assert all(t.attempts == 1 for t in trials if t not in retried)
@@ -175,29 +184,28 @@ def test_killed_replica_trial_is_retried_and_run_completes(
 
 @pytest.mark.slow
 def test_retries_spent_fail_the_trial_and_dead_replicas_drain(
-        ray_cluster: Any, small_sample: Path) -> None:
+        ray_cluster: Any, replica_holds: Holds, small_sample: Path) -> None:
     policy = load_policy()
     schedule = _schedule(policy, small_sample)
-    pool = RayPool.open(_sim_settings(policy, replicas=2, min_trial_s=1.5, max_retries=0,
-                                      drain_after=1))
+    replica_holds.hold_at("replaying")
+    pool = RayPool.open(_sim_settings(policy, replicas=2, max_retries=0, drain_after=1))
     try:
         pool.submit(TrialTask("a", TrialConfig(2, False, 32, 8192), schedule))
         pool.submit(TrialTask("b", TrialConfig(3, False, 32, 8192), schedule))
-        victim = _wait_busy(pool, "a")
-        _wait_busy(pool, "b")
-        os.kill(victim["pid"], signal.SIGKILL)
+        victim = _kill_held(pool, replica_holds)  # the replica running a or b
+        lost_key, kept_key = (victim["busy"], ({"a", "b"} - {victim["busy"]}).pop())
         results = {r.key: r for r in (pool.wait(), pool.wait())}
-        a, b = results["a"], results["b"]
-        assert a.measurement is None and a.attempts == 1
-        assert a.error is not None and f"replica {victim['replica']}" in a.error
-        assert "died during trial" in a.error and "max_retries=0" in a.error
-        assert b.error is None and b.measurement is not None
+        lost, kept = results[lost_key], results[kept_key]
+        assert lost.measurement is None and lost.attempts == 1
+        assert lost.error is not None and f"replica {victim['replica']}" in lost.error
+        assert "died during trial" in lost.error and "max_retries=0" in lost.error
+        assert kept.error is None and kept.measurement is not None
         assert pool.capacity == 1 and len(pool.drained) == 1  # drained, the run goes on
 
+        replica_holds.hold_at("replaying")  # b is done: the next replay held is c's
         pool.submit(TrialTask("c", TrialConfig(4, False, 32, 8192), schedule))
-        last = _wait_busy(pool, "c")
-        assert last["replica"] == b.replica
-        os.kill(last["pid"], signal.SIGKILL)
+        last = _kill_held(pool, replica_holds)
+        assert (last["replica"], last["busy"]) == (kept.replica, "c")
         c = pool.wait()
         assert c.measurement is None and c.error is not None and "died" in c.error
         with pytest.raises(BackendError, match="every replica of the pool was drained"):
