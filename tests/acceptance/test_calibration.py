@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from verify_loop import simulate_counts
 
 from autotune.acceptance import (
     AcceptanceModel,
@@ -38,23 +39,6 @@ def synthetic(seed: int, n: int = 300, temperature: float = 0.75, bias: float = 
     reqs = [Request(id=str(i), prompt_tokens=10, output_tokens=int(out[i]),
                     acceptance=tuple(float(x) for x in head[i])) for i in range(n)]
     return reqs, sigmoid(true_logit)
-
-
-def simulate_counts(reqs: list[Request], truth: np.ndarray, window: int, seed: int
-                    ) -> AcceptanceCounts:
-    """Draft every request until it has emitted its tokens, as a verify loop does."""
-    rng = np.random.default_rng(seed)
-    per_pos = np.zeros(window, dtype=np.int64)
-    drafts = accepted = 0
-    for r, p in zip(reqs, truth, strict=True):
-        left = r.output_tokens - 1
-        while left > 0:
-            a = int(np.cumprod(rng.random(window) < p[:window]).sum())
-            per_pos[:a] += 1
-            drafts += 1
-            accepted += a
-            left -= a + 1
-    return AcceptanceCounts(drafts, drafts * window, accepted, tuple(int(x) for x in per_pos))
 
 
 def test_calibration_lowers_ece_on_miscalibrated_predictions() -> None:

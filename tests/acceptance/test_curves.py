@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 import pytest
+from verify_loop import simulate_counts
 
 from autotune.acceptance import (
     AcceptanceModel,
@@ -72,17 +73,19 @@ def test_confidence_interval_closed_form() -> None:
     assert same is not None and same.expected_lo == pytest.approx(same.expected_hi)
 
 
-def test_draft_weighted_survival_weights_requests_by_their_steps() -> None:
-    # two requests: c=0.9 emits fast (few steps), c=0.2 slowly; counters see more of the latter
-    reqs = [req(0, 0.9, out=401), req(1, 0.2, out=401)]
+def test_draft_weighted_survival_is_what_a_runs_counters_read() -> None:
+    # c=0.9 emits its tokens in few steps, c=0.2 in many: a run's counters see more drafts of
+    # the latter. The model's step-weighted survival must read what a verify loop's counters
+    # read (up to the last, partly used step of each request: about 1% here).
+    reqs = [req(i, 0.9 if i % 2 else 0.2, out=401) for i in range(400)]
     model = AcceptanceModel.from_requests(reqs, 8)
     n = 3
-    e = [geometric_expected(0.9, n), geometric_expected(0.2, n)]
-    steps = [400 / e[0], 400 / e[1]]
-    expected = [(steps[0] * 0.9**k + steps[1] * 0.2**k) / sum(steps) for k in range(1, n + 1)]
-    assert model.draft_survival(n) == pytest.approx(expected)
-    # tokens per step = Σ tokens / Σ steps, below the request average
-    assert model.tokens_per_step(n) == pytest.approx(800 / sum(steps))
+    truth = np.array([r.acceptance for r in reqs])
+    counts = simulate_counts(reqs, truth, n, seed=1)
+    read = np.array(counts.accepted_per_pos) / counts.drafts
+    assert model.draft_survival(n) == pytest.approx(read, rel=0.03)
+    assert model.tokens_per_step(n) == pytest.approx(counts.mean_accepted_length, rel=0.03)
+    # the counters' mean accepted length is below the request average of the curve
     assert model.tokens_per_step(n) < model.curve().expected_tokens(n)
 
 
@@ -114,14 +117,26 @@ def test_curve_from_counts_gives_every_window_up_to_the_measured_one(c: float) -
         assert curve.expected_tokens(n) == pytest.approx(geometric_expected(c, n), rel=1e-4)
         assert curve.expected_lo[n - 1] < curve.expected_tokens(n) < curve.expected_hi[n - 1]
     assert curve.conditional == pytest.approx((c,) * window, rel=1e-3)
-    # the interval is the standard error of min(accepted, n) over the drafts
-    n = 3
-    p = [c**k for k in range(1, n + 1)]
-    mean = sum(p)
-    var = sum((2 * k - 1) * p[k - 1] for k in range(1, n + 1)) - mean**2
-    half = 1.96 * math.sqrt(var / drafts)
-    assert curve.expected_hi[n - 1] - curve.expected_tokens(n) == pytest.approx(half, rel=1e-3)
     assert counts.mean_accepted_length == pytest.approx(curve.expected_tokens(window), rel=1e-4)
+
+
+def test_curve_from_counts_interval_is_the_standard_error_over_the_drafts() -> None:
+    # Drafts of a window of 6, each accepting its first k tokens (c=0.7 per position). At
+    # every window n the counters give 1 + the mean of min(accepted, n) over the drafts, and
+    # an interval of 1.96 standard errors of that mean: read here off the drafts themselves.
+    rng = np.random.default_rng(5)
+    drafts, window = 20_000, 6
+    accepted = np.cumprod(rng.random((drafts, window)) < 0.7, axis=1).sum(axis=1)
+    per_pos = tuple(int((accepted >= k).sum()) for k in range(1, window + 1))
+    curve = curve_from_counts(AcceptanceCounts(drafts, drafts * window, int(accepted.sum()),
+                                               per_pos))
+    assert curve is not None
+    for n in range(1, window + 1):
+        x = np.minimum(accepted, n)
+        se = x.std() / math.sqrt(drafts)
+        assert curve.expected_tokens(n) == pytest.approx(1.0 + x.mean())
+        assert curve.expected_lo[n - 1] == pytest.approx(1.0 + x.mean() - 1.96 * se)
+        assert curve.expected_hi[n - 1] == pytest.approx(1.0 + x.mean() + 1.96 * se)
 
 
 def test_curve_from_counts_without_drafts_is_none() -> None:

@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 
 from autotune.backends import Backend, Replica
+from autotune.errors import BackendError
 from autotune.types import Measurement, ReplaySchedule, Request, TrialConfig
 
 __all__ = ["BackendConformance", "make_requests"]
@@ -116,10 +117,12 @@ class BackendConformance:
         finally:
             replica.stop()
 
-    def test_stop_is_idempotent(self, backend: Backend) -> None:
+    def test_stop_is_idempotent_and_final(self, backend: Backend) -> None:
         replica = backend.start(self.config())
         replica.stop()
-        replica.stop()
+        replica.stop()  # a second stop is a no-op, not an error
+        with pytest.raises(BackendError, match="stopped"):
+            replica.replay(self.schedule())
 
     # -- the measurement ---------------------------------------------------------------------
     def test_measurement_shape(self, started: Replica) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from report_run import ITL_SLO_MS, TTFT_SLO_MS, FilledRun, fill_run
 
@@ -28,6 +28,7 @@ def _dominates(a: TrialPoint, b: TrialPoint) -> bool:
             and (a.throughput > b.throughput or a.itl_p99_ms < b.itl_p99_ms))
 
 
+@settings(deadline=None)  # hypothesis' default 200 ms per example is a wall-clock bound
 @given(st.lists(st.tuples(st.integers(0, 50), st.integers(1, 50)), max_size=30))
 def test_pareto_front_is_exactly_the_non_dominated_points(pairs: list[tuple[int, int]]) -> None:
     points = [_point(i, float(tok), float(itl)) for i, (tok, itl) in enumerate(pairs)]

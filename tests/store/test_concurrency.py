@@ -3,8 +3,10 @@
 Four reader processes run `recommendations`, `recommendations --history`, `trials` and
 `export` in a loop through the real CLI while a writer records trials and promotes
 recommendations as fast as it can, until every reader has completed a few reads during the
-writes. Every read must succeed (no lock error) and be consistent: exactly one active
-recommendation, no trial half-written, counts that never go back.
+writes and the writer has written a few rounds (each reader reports its reads in a file, the
+writer its rounds in a counter; the test polls both, with a generous give-up deadline). Every
+read must succeed (no lock error) and be consistent: exactly one active recommendation, no trial
+half-written, counts that never go back.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +25,11 @@ import pytest
 from autotune.store import Store
 from autotune.types import TrialConfig
 
-#: Reads each reader must complete while the writer writes.
+#: Reads each reader must complete while the writer writes, and the writer's rounds meanwhile.
 READS_DURING_WRITES = 4
-MAX_WRITE_SECONDS = 90.0
+WRITES_DURING_READS = 10
+#: Give-up deadline of each wait (a hung reader or writer, not a slow machine).
+GIVE_UP_S = 300.0
 
 READER = textwrap.dedent('''
     import contextlib, io, json, shlex, sys, time
@@ -107,7 +112,8 @@ def _recommend(store: Store, rid: str, i: int) -> None:
         reason=f"write {i}")
 
 
-def _writer(url: str, rid: str, stop: threading.Event, done: list[Any]) -> None:
+def _writer(url: str, rid: str, stop: threading.Event, done: list[Any],
+            rounds: list[int]) -> None:
     store = Store.open(url)
     i = 1
     try:
@@ -120,6 +126,7 @@ def _writer(url: str, rid: str, stop: threading.Event, done: list[Any]) -> None:
                                params={"n": i}, value=i + 0.25, metrics={"goodput": i + 0.25},
                                per_request=per_request)
             _recommend(store, rid, i + 1)
+            rounds[0] = i
             i += 1
         done.append(i)
     except BaseException as e:  # reported by the test
@@ -154,29 +161,36 @@ def test_readers_never_see_partial_results_while_a_run_writes(db_url: str,
     def readers_alive() -> bool:
         return all(proc.poll() is None for _, proc in readers)
 
-    deadline = time.monotonic() + 60
-    while min(reads()) < 0 and readers_alive() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    def wait_until(condition: Callable[[], bool]) -> None:
+        """Poll until ``condition`` holds, a reader died, or the give-up deadline passed."""
+        deadline = time.monotonic() + GIVE_UP_S
+        while not condition() and readers_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    wait_until(lambda: min(reads()) >= 0)  # every reader is up
 
     done: list[Any] = []
+    rounds = [0]
     writing = threading.Event()
-    writer = threading.Thread(target=_writer, args=(db_url, rid, writing, done))
+    writer = threading.Thread(target=_writer, args=(db_url, rid, writing, done, rounds))
     writer.start()
     before = reads()
-    deadline = time.monotonic() + MAX_WRITE_SECONDS
-    while (min(a - b for a, b in zip(reads(), before, strict=True)) < READS_DURING_WRITES
-           and readers_alive() and writer.is_alive() and time.monotonic() < deadline):
-        time.sleep(0.05)
-    during = [a - b for a, b in zip(reads(), before, strict=True)]
+
+    def during() -> list[int]:
+        return [a - b for a, b in zip(reads(), before, strict=True)]
+
+    wait_until(lambda: not writer.is_alive() or (min(during()) >= READS_DURING_WRITES
+                                                 and rounds[0] >= WRITES_DURING_READS))
+    reads_during, writes_during = during(), rounds[0]
     writing.set()
-    writer.join(timeout=120)
+    writer.join(timeout=GIVE_UP_S)
     stop.touch()
     results = []
     for (_, proc), kind in zip(readers, kinds, strict=True):
-        out, err = proc.communicate(timeout=120)
+        out, err = proc.communicate(timeout=GIVE_UP_S)
         results.append((kind, proc.returncode, out.strip(), err.strip()[-2000:]))
     assert done and isinstance(done[0], int), done
     for kind, rc, _, err in results:
         assert rc == 0, f"{kind} reader failed:\n{err}"
-    assert min(during) >= READS_DURING_WRITES, dict(zip(kinds, during, strict=True))
-    assert done[0] > 10  # the writer really wrote meanwhile
+    assert min(reads_during) >= READS_DURING_WRITES, dict(zip(kinds, reads_during, strict=True))
+    assert writes_during >= WRITES_DURING_READS  # the writer really wrote meanwhile

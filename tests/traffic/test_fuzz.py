@@ -17,7 +17,6 @@ import json
 import os
 import tempfile
 from collections.abc import Callable
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,7 @@ from autotune.traffic.load import load_sample
 
 FUZZ = settings(
     max_examples=int(os.environ.get("AUTOTUNE_FUZZ_EXAMPLES", "40")),
-    deadline=timedelta(seconds=5),
+    deadline=None,  # a per-example time limit fails on a loaded machine; speed is bench/'s
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     derandomize=os.environ.get("AUTOTUNE_FUZZ_RANDOM") is None,
     database=None,

@@ -20,7 +20,6 @@ import platform
 import re
 import tempfile
 import time
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -325,8 +324,3 @@ class VllmBackend:
             out["command"] = launch_command(self.serve)
         return out
 
-    def log_files(self) -> Iterator[Path]:
-        """Server logs written so far (newest last)."""
-        if self._log_dir is None or not self._log_dir.is_dir():
-            return iter(())
-        return iter(sorted(self._log_dir.glob("*.log")))

@@ -2,26 +2,52 @@
 
 ``POST /v1/completions`` streams SSE chunks scripted by the prompt: ``"wait=0.2 gap=0.05 per=2"``
 waits 0.2 s before the first chunk and 0.05 s between chunks of ``per`` tokens each;
-``"status=400"`` answers that HTTP error. Token-id prompts are answered like an empty script.
+``"status=400"`` answers that HTTP error. Two hold points make ordering deterministic without
+timing: ``"until=N"`` holds the stream (after the headers) until the server has received ``N``
+requests, and ``"hold"`` holds it until :meth:`FakeServer.release` or until the client closes
+the connection (noted as :attr:`Exchange.disconnected`). A hold gives up after
+:data:`HOLD_GIVE_UP_S` and answers anyway, so a client that waits for the wrong thing fails its
+test instead of hanging it. Token-id prompts are answered like an empty script.
+
 It also serves ``/health``, ``/v1/models``, ``/version``, ``/tokenize`` and ``/metrics`` (with
 speculative-decoding counters that grow by one draft of ``K`` tokens, ``accepted`` of them, per
-streamed chunk after the first). It records when each request arrived and how many were in
-flight, so pacing and concurrency can be checked.
+streamed chunk after the first). Every completion request is an :class:`Exchange` on the
+server's ``perf_counter`` clock (the client's clock too, in the same process): when it arrived,
+how many were in flight then, and when each chunk and the end of the stream were written. A
+client cannot read a chunk before the server starts writing it, so these times bound the
+client's measurements from below.
 """
 
 from __future__ import annotations
 
 import json
+import select
+import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["FakeServer", "running_fake"]
+__all__ = ["HOLD_GIVE_UP_S", "Exchange", "FakeServer", "running_fake"]
 
 K = 2
+#: How long a hold point waits for its condition before answering anyway.
+HOLD_GIVE_UP_S = 30.0
+
+
+@dataclass
+class Exchange:
+    """One completion request as the server saw it (times on ``time.perf_counter``)."""
+
+    arrived_s: float
+    body: dict[str, Any]
+    in_flight: int  # requests in flight when this one arrived, itself included
+    chunks_s: list[float] = field(default_factory=list)  # before each token chunk was written
+    end_s: float | None = None  # before the usage chunk and [DONE] were written
+    disconnected: bool = False  # the client closed the connection during a hold
 
 
 class _Script(BaseHTTPRequestHandler):
@@ -67,14 +93,15 @@ class _Script(BaseHTTPRequestHandler):
             self._json(200, {"tokens": [11, 12, 13, 14, 15], "count": 5})
             return
         srv = self.server
-        with srv.lock:
-            srv.arrivals.append((time.perf_counter(), body))
+        with srv.changed:
             srv.in_flight += 1
             srv.max_in_flight = max(srv.max_in_flight, srv.in_flight)
-            srv.in_flight_at_arrival.append(srv.in_flight)
+            exchange = Exchange(time.perf_counter(), body, srv.in_flight)
+            srv.exchanges.append(exchange)
+            srv.changed.notify_all()
         self._counted = True
         try:
-            self._answer(body)
+            self._answer(body, exchange)
         finally:
             self._leave()
 
@@ -86,9 +113,35 @@ class _Script(BaseHTTPRequestHandler):
                 self.server.in_flight -= 1
             self._counted = False
 
-    def _answer(self, body: dict[str, Any]) -> None:
+    def _client_closed(self) -> bool:
+        """Has the client closed its end? (Its request was read whole: EOF is all that comes.)"""
+        readable, _, _ = select.select([self.connection], [], [], 0.05)
+        if not readable:
+            return False
+        try:
+            return self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
+
+    def _hold(self, spec: dict[str, str], exchange: Exchange) -> None:
+        srv = self.server
+        deadline = time.monotonic() + HOLD_GIVE_UP_S
+        if "until" in spec:
+            with srv.changed:
+                srv.changed.wait_for(lambda: len(srv.exchanges) >= int(spec["until"]),
+                                     timeout=HOLD_GIVE_UP_S)
+        if "hold" in spec:
+            while not srv.released.is_set() and time.monotonic() < deadline:
+                if self._client_closed():
+                    with srv.changed:
+                        exchange.disconnected = True
+                        srv.changed.notify_all()
+                    return
+
+    def _answer(self, body: dict[str, Any], exchange: Exchange) -> None:
         prompt = body["prompt"]
-        spec = dict(kv.split("=") for kv in prompt.split()) if isinstance(prompt, str) else {}
+        spec = dict(kv.split("=") if "=" in kv else (kv, "") for kv in prompt.split()) \
+            if isinstance(prompt, str) else {}
         if "status" in spec:
             self._leave()
             self._json(int(spec["status"]),
@@ -99,12 +152,16 @@ class _Script(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
-        time.sleep(float(spec.get("wait", 0)))
+        self._hold(spec, exchange)
+        if exchange.disconnected:
+            return
+        time.sleep(float(spec.get("wait", 0)))  # a slow engine (the world, not a sync point)
         sent = 0
         while sent < n:
             k = min(per, n - sent)
             chunk = {"choices": [{"index": 0, "text": "x" * k, "finish_reason": None,
                                   "token_ids": list(range(k))}]}
+            exchange.chunks_s.append(time.perf_counter())
             self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
             self.wfile.flush()
             if sent:
@@ -115,6 +172,7 @@ class _Script(BaseHTTPRequestHandler):
                 time.sleep(float(spec.get("gap", 0)))
         usage = {"choices": [], "usage": {"completion_tokens": n}}
         self._leave()
+        exchange.end_s = time.perf_counter()
         self.wfile.write(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
 
 
@@ -123,17 +181,41 @@ class FakeServer(ThreadingHTTPServer):
 
     def __init__(self, accepted: int = 1) -> None:
         super().__init__(("127.0.0.1", 0), _Script)
-        self.lock = threading.Lock()
-        self.arrivals: list[tuple[float, dict[str, Any]]] = []
+        self.lock = threading.RLock()
+        self.changed = threading.Condition(self.lock)  # notified on arrivals and disconnects
+        self.released = threading.Event()
+        self.exchanges: list[Exchange] = []
         self.in_flight = 0
         self.max_in_flight = 0
-        self.in_flight_at_arrival: list[int] = []
         self.drafts = 0
         self.accepted = accepted
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server_address[1]}"
+
+    @property
+    def arrivals(self) -> list[tuple[float, dict[str, Any]]]:
+        """(arrival time, request body) of every completion request, in arrival order."""
+        with self.lock:
+            return [(e.arrived_s, e.body) for e in self.exchanges]
+
+    @property
+    def in_flight_at_arrival(self) -> list[int]:
+        with self.lock:
+            return [e.in_flight for e in self.exchanges]
+
+    def release(self) -> None:
+        """Let every ``hold`` stream go on."""
+        self.released.set()
+
+    def wait_for(self, condition: str, predicate: Callable[[FakeServer], bool],
+                 timeout_s: float = 60.0) -> None:
+        """Wait until ``predicate(self)`` holds (checked on every arrival and disconnect);
+        fail naming ``condition`` after ``timeout_s`` (a give-up deadline, not a timing)."""
+        with self.changed:
+            met = self.changed.wait_for(lambda: predicate(self), timeout=timeout_s)
+        assert met, f"the fake server never saw: {condition}"
 
 
 @contextmanager
@@ -144,5 +226,6 @@ def running_fake(accepted: int = 1) -> Iterator[FakeServer]:
     try:
         yield server
     finally:
+        server.release()
         server.shutdown()
         server.server_close()

@@ -84,7 +84,7 @@ def test_server_gone_mid_replay_is_a_failed_trial() -> None:
     with running_fake() as fake:
         replica = create_backend("vllm", SERVE, {"endpoint": fake.url, "metrics": False,
                                                  "request_timeout_s": 5}).start(CONFIG)
-        # the server goes away as soon as the replay starts sending
+        # the server goes away after the attach and before the replay sends anything
         threading.Thread(target=fake.shutdown, daemon=True).start()
         fake.server_close()
         try:

@@ -1,9 +1,10 @@
 """A tiny autotune-like owner of a vLLM replica, run as a subprocess by the interruption tests.
 
 ``python vllm_driver.py TARGET DRAFT LOG_DIR replay|startup``: ``replay`` starts a replica,
-prints ``PID <server pid>`` and replays a long schedule; ``startup`` prints the server's pid as
-soon as it is launched (still loading). Either way it runs as the CLI should: inside
-``reap_servers_on_signals`` with the replica stopped in ``finally``.
+prints ``PID <server pid>`` and ``URL <server url>``, then ``REPLAYING`` and replays a long
+schedule; ``startup`` prints the server's pid as soon as it is launched (still loading). Either
+way it runs as the CLI should: inside ``reap_servers_on_signals`` with the replica stopped in
+``finally``.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ def main() -> None:
         try:
             assert replica.server is not None
             print(f"PID {replica.server.pid}", flush=True)
+            print(f"URL {replica.base_url}", flush=True)
             requests = text_requests(400, output_tokens=200, gap_s=None)
             print("REPLAYING", flush=True)
             replica.replay(ReplaySchedule(requests, mode="closed", concurrency=2))
