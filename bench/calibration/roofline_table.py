@@ -41,8 +41,8 @@ BF16 FLOP/s, an all-reduce of 6 us latency plus 1.5 x the bytes at 70% of NVLink
 all-reduces per layer, and 1.5 ms + 0.5 us per token of scheduler, sampler and launch overhead
 per step (0.15 ms per drafter forward).
 
-    python bench/roofline_table.py            # rewrites every recipe's table next to the profiles
-    python bench/roofline_table.py --recipe llama-3.1-8b@1xL40S
+    python -m bench.calibration.roofline_table      # rewrites every recipe's table by the profiles
+    python -m bench.calibration.roofline_table --recipe llama-3.1-8b@1xL40S
 """
 
 from __future__ import annotations
@@ -53,7 +53,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from bench.paths import REPO
+
+#: Where the simulator's shipped step-time tables live (this checkout's).
 TABLES = REPO / "autotune/backends/sim/profiles/tables"
 
 MEMORY_EFFICIENCY = 0.80
@@ -143,7 +145,7 @@ class Recipe:
                        + (" + TP all-reduces" if self.tp > 1 else "")
                        + f" + step overhead (not measured; {self.engine} assumed)"),
             "hardware": self.hardware,
-            "script": "bench/roofline_table.py",
+            "script": "bench/calibration/roofline_table.py",
             "model": {"target": self.model.target_name, "drafter": self.model.drafter_name,
                       "cell": "one forward of batch_tokens tokens each attending to "
                               "context_tokens keys"},
@@ -193,7 +195,8 @@ RECIPES = {r.name: r for r in (
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.calibration.roofline_table",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--recipe", choices=sorted(RECIPES), action="append",
                         help="write only this recipe's table (repeatable; default: all)")
     args = parser.parse_args(argv)

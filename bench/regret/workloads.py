@@ -1,4 +1,4 @@
-"""The regret benchmark's workloads: five samples built from ../shared/data, each with its SLO.
+"""The regret benchmark's workloads: five samples built from the shared data, each with its SLO.
 
 - ``chat-low``: Azure LLM conversation trace (arrivals, prompt and output lengths), the
   default SLO (p99 TTFT 3 s, p99 ITL 60 ms): prefill stalls cap the load (low load);
@@ -15,28 +15,25 @@ derives each request's hidden truth from them); lengths and arrivals are the tra
 from __future__ import annotations
 
 import csv
-import os
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-REPO = Path(__file__).resolve().parents[1]
+if TYPE_CHECKING:
+    from autotune.types import Request
 
 
 @dataclass(frozen=True)
 class Workload:
+    """A sample and the SLO it is held to."""
+
     name: str
-    requests: list[Any]
+    requests: list[Request]
     slo: tuple[float, float]          # (p99 TTFT ms, p99 ITL ms)
     note: str
-
-
-def shared_data() -> Path:
-    env = os.environ.get("AUTOTUNE_SHARED_DATA")
-    return Path(env) if env else (REPO / ".." / "shared" / "data").resolve()
 
 
 def _azure(data: Path, kind: str, start: int, count: int) -> list[tuple[float, int, int]]:
@@ -66,7 +63,7 @@ def _math(data: Path, count: int, seed: int) -> list[tuple[float, int, int]]:
     return [(a[0], r.prompt_tokens, r.output_tokens) for a, r in zip(arrivals, reqs, strict=False)]
 
 
-def _requests(name: str, label: str, rows: Sequence[tuple[float, int, int]]) -> list[Any]:
+def _requests(name: str, label: str, rows: Sequence[tuple[float, int, int]]) -> list[Request]:
     from autotune.backends.sim import generate_requests
 
     return list(generate_requests(len(rows), workload=label, seed=0,
@@ -75,16 +72,23 @@ def _requests(name: str, label: str, rows: Sequence[tuple[float, int, int]]) -> 
                                   arrivals=[r[0] for r in rows], id_prefix=f"{name}-"))
 
 
+def _arrival(r: Request) -> float:
+    """A trace request's arrival time (every request built here has one)."""
+    assert r.arrival_s is not None
+    return r.arrival_s
+
+
 def build_workloads(data: Path, n: int) -> list[Workload]:
+    """The five workloads of ``n`` requests each from the shared data folder ``data``."""
     chat = _requests("chat", "chat", _azure(data, "conv", 2000, n))
     code = _requests("code", "code", _azure(data, "code", 2000, n))
     math_ = _requests("math", "math", _math(data, n, 0))
     parts = [_requests("mx-chat", "chat", _azure(data, "conv", 6000, n * 2 // 5)),
              _requests("mx-code", "code", _azure(data, "code", 5000, n // 5)),
              _requests("mx-math", "math", _math(data, n * 2 // 5, 1))]
-    span = parts[0][-1].arrival_s
-    mixed = sorted((replace(r, arrival_s=r.arrival_s * span / p[-1].arrival_s, workload="mixed")
-                    for p in parts for r in p), key=lambda r: r.arrival_s)
+    span = _arrival(parts[0][-1])
+    mixed = sorted((replace(r, arrival_s=_arrival(r) * span / _arrival(p[-1]), workload="mixed")
+                    for p in parts for r in p), key=_arrival)
     return [
         Workload("chat-low", chat, (3000.0, 60.0), "Azure conv trace, default SLO: low load"),
         Workload("chat-high", chat, (3000.0, 150.0), "Azure conv trace, ITL 150 ms: high load"),

@@ -13,26 +13,21 @@ For each it prints simulated seconds per wall-clock second and per CPU second of
 (this process's CPU time: on a shared machine the wall-clock ratio says as much about the
 neighbours as about the simulator). Target: >= 350x each.
 
-    OMP_NUM_THREADS=1 .venv/bin/python bench/sim_speed.py --json
+    OMP_NUM_THREADS=1 .venv/bin/python -m bench.perf.sim_speed --json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from bench.paths import shared_data
+
 TARGET = 350.0
-
-
-def shared_data() -> Path:
-    env = os.environ.get("AUTOTUNE_SHARED_DATA")
-    return Path(env) if env else (REPO / ".." / "shared" / "data").resolve()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,7 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     from autotune.traffic.importers import import_traffic
     from autotune.types import ReplaySchedule, ServeSpec, TrialConfig
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.perf.sim_speed",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=shared_data())
     parser.add_argument("--profile", default="kimi-k2.6@8xH200-tp8")
     parser.add_argument("--drafter", default="dspark")

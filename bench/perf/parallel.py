@@ -6,8 +6,8 @@ trials take minutes), so parallelism matters. One replica runs in this process w
 default for one sim replica); N replicas run on a local Ray the pass starts and stops. Prints
 the wall-clock of each pass (with and without starting the pool) and their ratio.
 
-    .venv/bin/python bench/parallel.py                      # 1 vs 2 replicas, 8 trials/workload
-    .venv/bin/python bench/parallel.py --trials 12 --pace 3 --replicas 2
+    .venv/bin/python -m bench.perf.parallel                 # 1 vs 2 replicas, 8 trials/workload
+    .venv/bin/python -m bench.perf.parallel --trials 12 --pace 3 --replicas 2
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+from bench.paths import REPO
 
 
 def run_pass(traffic: Path, trials: int, replicas: int, pace: float, seed: int,
@@ -63,7 +63,8 @@ def run_pass(traffic: Path, trials: int, replicas: int, pace: float, seed: int,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.perf.parallel",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--traffic", type=Path, default=REPO / "examples" / "small.jsonl")
     parser.add_argument("--trials", type=int, default=8, help="trials per workload (budget)")
     parser.add_argument("--pace", type=float, default=2.0,

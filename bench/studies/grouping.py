@@ -1,6 +1,6 @@
 """Automatic grouping on samples with known sources: purity, groups, and what merging costs.
 
-Each case is an unlabelled sample built from ../shared/data whose requests come from known
+Each case is an unlabelled sample built from the shared data whose requests come from known
 sources. Lengths are real (the Azure LLM inference traces, the Mooncake conversation trace);
 acceptance predictions come from the simulator's per-benchmark priors (its confidence-head
 generator, ``autotune.backends.sim.generate_requests``) for the prompt sets' benchmarks: chat
@@ -23,8 +23,8 @@ merged traffic) / thr(its own best window); in total, the share of serving time 
 is the same for the grouping's windows: each found group is tuned on its own traffic and each
 true group served at the window of the found group holding most of it.
 
-    .venv/bin/python bench/grouping.py            # table
-    .venv/bin/python bench/grouping.py --json     # JSON only
+    .venv/bin/python -m bench.studies.grouping            # table
+    .venv/bin/python -m bench.studies.grouping --json     # JSON only
 """
 
 from __future__ import annotations
@@ -32,8 +32,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
-import sys
 import time
 from collections import Counter
 from dataclasses import replace
@@ -42,21 +40,20 @@ from typing import Any
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-DATA = Path(os.environ.get("AUTOTUNE_SHARED_DATA") or REPO / ".." / "shared" / "data").resolve()
+from bench.paths import shared_data
+
 WINDOWS = range(1, 8)
 
 
-def azure(name: str) -> tuple[np.ndarray, np.ndarray]:
-    with (DATA / "azure_llm_2023" / f"AzureLLMInferenceTrace_{name}.csv").open() as f:
+def azure(data: Path, name: str) -> tuple[np.ndarray, np.ndarray]:
+    with (data / "azure_llm_2023" / f"AzureLLMInferenceTrace_{name}.csv").open() as f:
         rows = list(csv.DictReader(f))
     return (np.array([int(r["ContextTokens"]) for r in rows]),
             np.array([max(1, int(r["GeneratedTokens"])) for r in rows]))
 
 
-def mooncake() -> tuple[np.ndarray, np.ndarray]:
-    with (DATA / "mooncake_fast25" / "conversation_trace.jsonl").open() as f:
+def mooncake(data: Path) -> tuple[np.ndarray, np.ndarray]:
+    with (data / "mooncake_fast25" / "conversation_trace.jsonl").open() as f:
         rows = [json.loads(line) for line in f]
     return (np.array([r["input_length"] for r in rows]),
             np.array([max(1, r["output_length"]) for r in rows]))
@@ -154,13 +151,16 @@ def run_case(name: str, requests: list[Any], truth: list[str], seqs: int) -> dic
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.studies.grouping",
+                                 description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="print JSON only")
+    ap.add_argument("--data", type=Path, default=shared_data(), help="shared data folder")
     ap.add_argument("--per-source", type=int, default=800, help="requests per source")
     ap.add_argument("--seqs", type=int, default=64, help="sequences in flight (judge)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
-    lengths = {"azure-code": azure("code"), "azure-conv": azure("conv"), "mooncake": mooncake()}
+    lengths = {"azure-code": azure(args.data, "code"), "azure-conv": azure(args.data, "conv"),
+               "mooncake": mooncake(args.data)}
     cases = {
         "3src-same-len": [("chat", "azure-code"), ("humaneval", "azure-code"),
                           ("gsm8k", "azure-code")],

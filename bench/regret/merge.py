@@ -1,18 +1,19 @@
-"""Merge bench/regret.py detail files of runs over the same oracles into one result.
+"""Merge ``python -m bench.regret`` detail files of runs over the same oracles into one result.
 
-A run of bench/regret.py with ``--methods guided`` re-scores one method after a change to it;
-the other methods' rows come from an earlier run's ``--detail`` file. That is only sound when
-both runs read the same oracle: the oracle of a (world, workload) depends on the simulator and
-the capacity search alone (its readings are cached under their hash), and the methods share
-nothing but the oracle and the fresh replays. So every unit present in two files must name the
-same oracle config with the same value, or the merge stops and says which unit differs.
+A run of ``python -m bench.regret`` with ``--methods guided`` re-scores one method after a
+change to it; the other methods' rows come from an earlier run's ``--detail`` file. That is only
+sound when both runs read the same oracle: the oracle of a (world, workload) depends on the
+simulator and the capacity search alone (its readings are cached under their hash), and the
+methods share nothing but the oracle and the fresh replays. So every unit present in two files
+must name the same oracle config with the same value, or the merge stops and says which unit
+differs.
 
 Later files win: each (world, workload, method) takes its runs from the last file that has
-them. The output is bench/regret.py's ``--detail`` shape with a ``provenance`` entry in the
+them. The output is the ``--detail`` shape with a ``provenance`` entry in the
 result naming, per world and method, the file its rows came from (for a merged input, the file
 its own provenance names).
 
-    .venv/bin/python bench/regret_merge.py old.json guided.json --out merged.json \\
+    .venv/bin/python -m bench.regret.merge old.json guided.json --out merged.json \\
         --drop vllm-cpu/eps005
 """
 
@@ -20,17 +21,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from regret import checks, result
+from bench.regret.report import Detail, checks, result
 
 TOLERANCE = 1e-12
 
 
-def merge(files: list[Path], drop: set[str]) -> tuple[dict[str, list[dict[str, Any]]],
+def merge(files: list[Path], drop: set[str]) -> tuple[dict[str, list[Detail]],
                                                      dict[str, dict[str, str]], dict[str, int]]:
     """Units by world, the file each world's method rows came from, and seeds per world."""
     units: dict[str, dict[str, dict[str, Any]]] = {}
@@ -70,7 +69,8 @@ def merge(files: list[Path], drop: set[str]) -> tuple[dict[str, list[dict[str, A
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.regret.merge",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="+", type=Path, help="detail files, later ones win")
     parser.add_argument("--out", type=Path, required=True, help="the merged detail file")
     parser.add_argument("--drop", nargs="*", default=[], help="worlds left out")

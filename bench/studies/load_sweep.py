@@ -6,7 +6,7 @@ code workload (SPEED-Bench Coding lengths and prior), on the Kimi-K2.6 profile w
 Speedup = output tokens/s at window n / at n=0, same concurrency. Also shows where a wide
 window loses to a narrow one and where adaptive verification helps.
 
-    .venv/bin/python bench/load_sweep.py [--json] [--plot sweep.svg]
+    .venv/bin/python -m bench.studies.load_sweep [--json] [--plot sweep.svg]
 """
 
 from __future__ import annotations
@@ -120,7 +120,8 @@ def _plot(result: dict[str, Any], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.studies.load_sweep",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--profile", default="kimi-k2.6@8xH200-tp8")
     parser.add_argument("--drafter", default="dspark")
     parser.add_argument("--requests", type=int, default=300, help="requests per point (min)")

@@ -1,6 +1,7 @@
-"""Fit the profiles' acceptance priors to the seed table.
+"""Fit the simulator profiles' acceptance priors to the seed table (bench/calibration/seed.py).
 
-Run: ``python -m autotune.backends.sim._calibrate --data ../shared/data [--write]``.
+Run: ``python -m bench.calibration.priors [--data ../shared/data] [--write]`` (``--write``
+rewrites the priors in the profiles' YAML files under autotune/backends/sim/profiles/).
 
 What is fixed and what is fitted (docs/simulator.md has the reasoning):
 
@@ -29,26 +30,25 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from autotune.backends.sim._benchmarks import (
+from autotune.backends.sim import (
     BENCHMARKS,
-    DEFAULT_SEEDS,
-    MODELS,
     PER_BENCHMARK,
-    SEED_TABLE,
-    baselines,
-    seed_benchmark_requests,
-    speedup,
-)
-from autotune.backends.sim._cost import AnalyticStepCost
-from autotune.backends.sim._profile import (
+    POSITION_SD,
     AcceptancePrior,
     AnalyticCost,
+    AnalyticStepCost,
     DrafterProfile,
     Profile,
+    hashed_normals,
     load_profile,
+    logit,
+    request_keys,
+    seed_benchmark_requests,
 )
-from autotune.backends.sim._truth import POSITION_SD, hashed_normals, logit, request_keys
 from autotune.types import Request
+from bench.calibration.seed import DRAFTERS, MODELS, seed_targets
+from bench.calibration.speedup import DEFAULT_SEEDS, baselines, speedup
+from bench.paths import shared_data
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -110,7 +110,7 @@ def _time(cost: AnalyticStepCost, n: int, b: _Bench, emitted: FloatArray,
     return float((prefill + steps * step).sum())
 
 
-class _Model:
+class AnalyticModel:
     """Analytic batch-1 speedups of one (profile, drafter) for candidate priors."""
 
     def __init__(self, profile: Profile, drafter: str,
@@ -138,13 +138,13 @@ class _Model:
         return out / len(b.noise)
 
 
-def _with(prior: AcceptancePrior, level: float, slope: float) -> AcceptancePrior:
+def with_prior(prior: AcceptancePrior, level: float, slope: float) -> AcceptancePrior:
     c1 = float(1.0 / (1.0 + np.exp(-level)))
     return prior.model_copy(update={"c1": c1, "slope": slope})
 
 
-def _shift(prior: AcceptancePrior, d_level: float, d_slope: float) -> AcceptancePrior:
-    return _with(prior, float(logit(prior.c1)) + d_level, prior.slope + d_slope)
+def shift_prior(prior: AcceptancePrior, d_level: float, d_slope: float) -> AcceptancePrior:
+    return with_prior(prior, float(logit(prior.c1)) + d_level, prior.slope + d_slope)
 
 
 def _solve(residuals: Callable[[FloatArray], FloatArray], x0: Sequence[float]) -> FloatArray:
@@ -162,7 +162,7 @@ def fit_drafter(profile: Profile, drafter: str, benchmarks: Mapping[str, Sequenc
                 reference: DrafterProfile | None,
                 seeds: Sequence[int] = DEFAULT_SEEDS) -> dict[str, AcceptancePrior]:
     """Priors for ``drafter`` whose (corrected) analytic speedups hit ``targets``."""
-    model = _Model(profile, drafter, benchmarks, seeds)
+    model = AnalyticModel(profile, drafter, benchmarks, seeds)
     priors = dict(model.drafter.priors)
 
     def sp(name: str, prior: AcceptancePrior, n: int) -> float:
@@ -173,11 +173,11 @@ def fit_drafter(profile: Profile, drafter: str, benchmarks: Mapping[str, Sequenc
         start = priors[name]
 
         def res(x: FloatArray) -> FloatArray:
-            p = _with(start, x[0], x[1])
+            p = with_prior(start, x[0], x[1])
             return np.array([sp(name, p, n) / goal[str(n)] - 1.0 for n in WINDOWS])
 
         x = _solve(res, [float(logit(start.c1)), start.slope])
-        return _with(start, x[0], x[1])
+        return with_prior(start, x[0], x[1])
 
     group = list(GROUP_OFFSETS)
     if reference is None:  # DSpark: own LCB and SPEED pairs, shared group level/slope
@@ -186,7 +186,7 @@ def fit_drafter(profile: Profile, drafter: str, benchmarks: Mapping[str, Sequenc
         fixed = ["livecodebench", "speed-bench-coding"]
 
         def make(x: FloatArray) -> dict[str, AcceptancePrior]:
-            return {b: _with(priors[b], x[0] + GROUP_OFFSETS[b], x[1]) for b in group}
+            return {b: with_prior(priors[b], x[0] + GROUP_OFFSETS[b], x[1]) for b in group}
         x0 = [float(logit(priors["math500"].c1)), priors["math500"].slope]
     else:  # Eagle3: own LCB pair, one shift of the reference drafter's priors elsewhere
         priors["livecodebench"] = pair("livecodebench")
@@ -194,7 +194,7 @@ def fit_drafter(profile: Profile, drafter: str, benchmarks: Mapping[str, Sequenc
         shifted = [*group, "speed-bench-coding"]
 
         def make(x: FloatArray) -> dict[str, AcceptancePrior]:
-            return {b: _shift(reference.priors[b], x[0], x[1]) for b in shifted}
+            return {b: shift_prior(reference.priors[b], x[0], x[1]) for b in shifted}
         x0 = [0.0, 0.0]
     fixed_sp = {n: sum(sp(b, priors[b], n) for b in fixed) for n in WINDOWS}
 
@@ -211,7 +211,7 @@ def fit_drafter(profile: Profile, drafter: str, benchmarks: Mapping[str, Sequenc
     priors.update(make(x))
     if reference is not None:  # chat/default priors move with the same shift
         for name in ("chat", "default"):
-            priors[name] = _shift(reference.priors[name], x[0], x[1])
+            priors[name] = shift_prior(reference.priors[name], x[0], x[1])
     return priors
 
 
@@ -223,20 +223,20 @@ def _replace_priors(profile: Profile, drafter: str,
 
 
 def calibrate_profile(model: str, benchmarks: Mapping[str, Sequence[Request]], rounds: int = 4,
-              tolerance: float = 0.004, seeds: Sequence[int] = DEFAULT_SEEDS,
-              log: bool = True) -> Profile:
+                      tolerance: float = 0.004, seeds: Sequence[int] = DEFAULT_SEEDS,
+                      log: bool = True) -> Profile:
     """Fit both drafters of ``model`` to the seed table, iterating with the simulator."""
     profile = load_profile(MODELS[model])
     base = {b: baselines(profile, reqs, seeds) for b, reqs in benchmarks.items()}
-    for drafter in ("dspark", "eagle3-mla"):
-        targets = SEED_TABLE[model][drafter]
+    for drafter in DRAFTERS:
+        targets = seed_targets()[model][drafter]
         correction: dict[tuple[str, int], float] = {}
         reference = profile.drafters["dspark"] if drafter != "dspark" else None
         for rnd in range(rounds):
             priors = fit_drafter(profile, drafter, benchmarks, targets, correction, reference,
                                  seeds)
             profile = _replace_priors(profile, drafter, priors)
-            analytic = _Model(profile, drafter, benchmarks, seeds)
+            analytic = AnalyticModel(profile, drafter, benchmarks, seeds)
             worst = 0.0
             sim: dict[tuple[str, int], float] = {}
             for b, reqs in benchmarks.items():
@@ -278,24 +278,24 @@ def write_priors(path: Path, profile: Profile) -> None:
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-def _main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Fit sim acceptance priors to the seed table")
-    parser.add_argument("--data", type=Path, required=True, help="../shared/data")
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.calibration.priors",
+                                     description="Fit sim acceptance priors to the seed table")
+    parser.add_argument("--data", type=Path, default=shared_data(), help="shared data folder")
     parser.add_argument("--per-benchmark", type=int, default=PER_BENCHMARK)
     parser.add_argument("--write", action="store_true", help="update the profile YAML files")
     args = parser.parse_args(argv)
     benchmarks = seed_benchmark_requests(args.data, args.per_benchmark)
-    root = Path(__file__).resolve().parent / "profiles"
     for model, name in MODELS.items():
         profile = calibrate_profile(model, benchmarks)
-        for drafter in ("dspark", "eagle3-mla"):
+        for drafter in DRAFTERS:
             for b in (*BENCHMARKS, "chat", "default"):
                 p = profile.drafters[drafter].priors[b]
                 print(f"{model} {drafter:10s} {b:20s} c1={p.c1:.4f} slope={p.slope:+.4f}")
         if args.write:
-            write_priors(root / f"{name}.yaml", profile)
+            write_priors(Path(load_profile(name).source), profile)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(_main())
+    sys.exit(main())

@@ -5,7 +5,7 @@ Poisson arrivals) to a temporary JSONL file, then in two child processes (so eac
 own): ``autotune traffic inspect FILE --format json`` and a closed-loop sim replay that streams
 the file through ``autotune.traffic.read_sample``. Prints each peak RSS (target < 500 MB).
 
-    .venv/bin/python bench/sim_memory.py [--requests 1000000] [--json]
+    .venv/bin/python -m bench.perf.sim_memory [--requests 1000000] [--json]
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from bench.paths import child_env
 
 
 def _peak_mb_self() -> float:
@@ -64,7 +64,8 @@ def replay_child(path: Path) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.perf.sim_memory",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=1_000_000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true")
@@ -90,8 +91,9 @@ def main(argv: list[str] | None = None) -> int:
         result["inspect_workloads"] = ",".join(sorted(str(r["workload"]) for r in rows))
         result["inspect_peak_rss_mb"] = round(
             resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0, 1)
-        child = subprocess.run([sys.executable, __file__, "--replay-child", str(path)],
-                               capture_output=True, text=True, check=True)
+        child = subprocess.run([sys.executable, "-m", "bench.perf.sim_memory",
+                                "--replay-child", str(path)],
+                               capture_output=True, text=True, check=True, env=child_env())
         result.update(json.loads(child.stdout.strip().splitlines()[-1]))
         # RUSAGE_CHILDREN is the max over children: the replay's own figure is in its output
     result["target_mb"] = 500
