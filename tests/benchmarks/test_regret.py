@@ -6,6 +6,7 @@ import pytest
 
 from bench.regret.oracle import Table, held_out, settle
 from bench.regret.reading import Reading
+from bench.regret.table import markdown
 
 
 def test_regret_carries_the_standard_error_of_the_oracles_readings() -> None:
@@ -81,3 +82,26 @@ def test_a_real_engine_seed_is_scored_on_readings_it_never_saw() -> None:
             assert sum("/" in t for t in tags) == 2                  # the other seeds' sweep
             assert len(tags) == (7 if config != "far" else 2)        # + five settling readings
         assert table.oracle()[0] == "w4"    # the settled means: w4 74 against w1 70, w2 71
+
+
+def test_the_markdown_table_has_a_row_per_world_and_one_over_all() -> None:
+    def summary(guided: tuple[float, float, float, float], tpe_at6: float) -> dict[str, object]:
+        median, worst, runs, at6 = guided
+        return {"methods": {
+            "guided": {"median_regret": median, "max_regret": worst, "median_runs": runs,
+                       "regret_at_6": at6},
+            "tpe": {"median_regret": 0.01, "max_regret": 0.2, "median_runs": 12.0,
+                    "regret_at_6": tpe_at6},
+            "default": {"median_regret": 0.2146}}}
+
+    text = markdown({"worlds": {"a/dspark": summary((0.0, 0.0182, 6.0, 0.0), 0.0133),
+                                "b/eagle3": summary((0.001, 0.03, 4.5, 0.002), 0.05)},
+                     "summary": summary((0.0, 0.03, 5.0, 0.0), 0.02)})
+    lines = text.splitlines()
+    assert lines[0].startswith("| world | guided median / worst |")
+    assert lines[1] == "|---|---|---|---|---|---|---|---|---|"
+    assert lines[2] == ("| a/dspark | 0.00% / 1.82% | 6 | 0.00% | 1.33% | 1.00% / 20.00% | - | - "
+                        "| 21.46% |")
+    assert lines[3].startswith("| b/eagle3 | 0.10% / 3.00% | 4.5 | 0.20% | 5.00% |")
+    assert lines[4].startswith("| all 2 worlds | 0.00% / 3.00% | 5 |")
+    assert len(lines) == 5
