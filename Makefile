@@ -49,7 +49,7 @@ lint: $(TEST_ENV)
 	$(VENV)/bin/ruff check autotune tests bench examples
 
 typecheck: $(TEST_ENV)
-	$(VENV)/bin/mypy autotune
+	$(VENV)/bin/mypy autotune bench
 
 # Two workers (the CI machine's cores), a test file per worker at a time: most tests wait on
 # servers and subprocesses, so two files side by side take about half the time of one after the

@@ -86,3 +86,16 @@ def test_the_order_has_no_cycle() -> None:
 def test_nothing_imports_the_cli() -> None:
     users = [p for p in MODULES if part_of(p) != "cli" and "cli" in autotune_imports(p)]
     assert not users
+
+
+def test_nothing_of_autotune_imports_the_benchmarks() -> None:
+    """bench/ (the benchmarks, the simulator's calibration) builds on autotune, never the
+    reverse: the runtime ships without it."""
+    users = []
+    for path in MODULES:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+            if any(n == "bench" or n.startswith("bench.") for n in names):
+                users.append(str(path.relative_to(PACKAGE.parent)))
+    assert not users

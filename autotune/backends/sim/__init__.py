@@ -6,7 +6,14 @@ profile (``options["profile"]``, default ``kimi-k2.6@8xH200-tp8``) and a drafter
 :class:`SimReplica` whose ``replay`` simulates continuous batching, chunked prefill, KV capacity
 with recompute preemption, and speculative decoding with acceptance drawn from each request's
 hidden true profile. ``generate_requests`` builds synthetic samples whose ``acceptance``
-predictions are miscalibrated versions of that truth. See docs/simulator.md.
+predictions are miscalibrated versions of that truth, ``seed_benchmark_requests`` the seed
+benchmark's prompt sets. See docs/simulator.md.
+
+The profiles' acceptance priors are fitted to the seed's published speedups by tooling outside
+the runtime (bench/calibration/): it reads the profile model, the analytic step cost and the
+hidden truth's noise through the names exported here (``AcceptancePrior``, ``AnalyticCost``,
+``AnalyticStepCost``, ``DrafterProfile``, ``POSITION_SD``, ``hashed_normals``, ``logit``,
+``request_keys``).
 """
 
 from __future__ import annotations
@@ -16,22 +23,31 @@ from typing import Any
 
 from autotune.backends.sim._benchmarks import (
     BENCHMARKS,
-    SEED_TABLE,
+    PER_BENCHMARK,
+    SEED_MAX_MODEL_LEN,
+    TEMPLATE_TOKENS,
     seed_benchmark_requests,
-    seed_table,
-    seed_table_errors,
 )
 from autotune.backends.sim._catalog import ProfileSummary, profile_catalog
-from autotune.backends.sim._cost import cost_law
+from autotune.backends.sim._cost import AnalyticStepCost, cost_law
 from autotune.backends.sim._engine import EngineConfig, simulate_replay
 from autotune.backends.sim._generate import LENGTHS, LengthModel, generate_requests
 from autotune.backends.sim._profile import (
+    AcceptancePrior,
+    AnalyticCost,
+    DrafterProfile,
     Profile,
     known_drafters,
     known_profiles,
     load_profile,
 )
-from autotune.backends.sim._truth import HeadMap
+from autotune.backends.sim._truth import (
+    POSITION_SD,
+    HeadMap,
+    hashed_normals,
+    logit,
+    request_keys,
+)
 from autotune.errors import BackendError, ConfigError, TrialFailed
 from autotune.types import Measurement, Progress, ReplaySchedule, ServeSpec, TrialConfig
 
@@ -40,21 +56,30 @@ __all__ = [
     "DEFAULT_DRAFTER",
     "DEFAULT_PROFILE",
     "LENGTHS",
-    "SEED_TABLE",
+    "PER_BENCHMARK",
+    "POSITION_SD",
+    "SEED_MAX_MODEL_LEN",
     "SIM_VERSION",
+    "TEMPLATE_TOKENS",
+    "AcceptancePrior",
+    "AnalyticCost",
+    "AnalyticStepCost",
+    "DrafterProfile",
     "LengthModel",
+    "Profile",
     "ProfileSummary",
     "SimBackend",
     "SimReplica",
     "create_sim_backend",
     "generate_requests",
+    "hashed_normals",
     "known_drafters",
     "known_profiles",
     "load_profile",
+    "logit",
     "profile_catalog",
+    "request_keys",
     "seed_benchmark_requests",
-    "seed_table",
-    "seed_table_errors",
 ]
 
 SIM_VERSION = "0.1.0"

@@ -1,4 +1,5 @@
-"""What the shipped profiles are, in one line each (``autotune sim profiles``, bench/worlds.py)."""
+"""What the shipped profiles are, in one line each (``autotune sim profiles``,
+bench/regret/worlds.py)."""
 
 from __future__ import annotations
 

@@ -1,46 +1,31 @@
 """The derived step-time tables and the held-out L40S world: each shipped roofline table is what
-its recipe in bench/roofline_table.py writes, and the L40S profile's acceptance gives back the
-published acceptance lengths it was converted from."""
+its recipe in bench/calibration/roofline_table.py writes, and the L40S profile's acceptance gives
+back the published acceptance lengths it was converted from."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 from autotune.backends import create_backend
 from autotune.backends.sim import generate_requests
 from autotune.types import ReplaySchedule, ServeSpec, TrialConfig
+from bench.calibration.roofline_table import RECIPES, TABLES
 
-REPO = Path(__file__).resolve().parents[3]
 L40S = "llama-3.1-8b@1xL40S-table"
 
 
-def _recipes() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("roofline_table",
-                                                  REPO / "bench" / "roofline_table.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses resolve their annotations through it
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_every_shipped_roofline_table_is_what_its_recipe_writes() -> None:
-    module = _recipes()
-    shipped = sorted(p.name for p in module.TABLES.glob("*-roofline.json"))
-    assert shipped == sorted(r.out.name for r in module.RECIPES.values())
-    for recipe in module.RECIPES.values():
+    shipped = sorted(p.name for p in TABLES.glob("*-roofline.json"))
+    assert shipped == sorted(r.out.name for r in RECIPES.values())
+    for recipe in RECIPES.values():
         on_disk = json.loads(recipe.out.read_text(encoding="utf-8"))
         assert on_disk == json.loads(json.dumps(recipe.table())), recipe.name
 
 
 def test_a_single_gpu_recipe_has_no_all_reduce_and_a_weight_read_floor() -> None:
-    recipe = _recipes().RECIPES["llama-3.1-8b@1xL40S"]
+    recipe = RECIPES["llama-3.1-8b@1xL40S"]
     one = recipe.forward_s(recipe.model.target, 1, 128)
     # 16.06 GB at 80% of 864 GB/s, plus the 1.5 ms step overhead; the KV read is negligible
     assert one == pytest.approx(16.06e9 / (0.8 * 864e9) + 1.5e-3, rel=0.01)

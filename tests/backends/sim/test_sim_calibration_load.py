@@ -2,30 +2,21 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 
 from autotune.backends.sim import (
-    SEED_TABLE,
+    TEMPLATE_TOKENS,
     create_sim_backend,
     generate_requests,
+    load_profile,
     seed_benchmark_requests,
-    seed_table,
-    seed_table_errors,
 )
-from autotune.backends.sim._benchmarks import MODELS, TEMPLATE_TOKENS, baselines, speedup
-from autotune.backends.sim._profile import load_profile
 from autotune.types import Measurement, ReplaySchedule, Request, ServeSpec, Slo, TrialConfig
+from bench.calibration.seed import MODELS, seed_targets
+from bench.calibration.speedup import baselines, seed_table, seed_table_errors, speedup
+from bench.paths import shared_data
 
 SERVE = ServeSpec(model="m", draft_model=None, method="dspark", draft_block_size=8)
-REPO = Path(__file__).resolve().parents[3]
-
-
-def _data() -> Path:
-    env = os.environ.get("AUTOTUNE_SHARED_DATA")
-    return Path(env) if env else REPO / ".." / "shared" / "data"
 
 
 def _generated(name: str, count: int) -> list[Request]:
@@ -42,7 +33,7 @@ def test_published_per_benchmark_numbers_out_of_sample(model: str) -> None:
     for bench in ("livecodebench", "speed-bench-coding"):
         reqs = _generated(bench, 150)
         base = baselines(profile, reqs, (11,))
-        for drafter, cells in SEED_TABLE[model].items():
+        for drafter, cells in seed_targets()[model].items():
             if bench not in cells:
                 continue
             for n, published in cells[bench].items():
@@ -52,7 +43,7 @@ def test_published_per_benchmark_numbers_out_of_sample(model: str) -> None:
 
 @pytest.mark.slow
 def test_whole_seed_table_within_3_percent() -> None:
-    data = _data()
+    data = shared_data()
     if not (data / "prompts").is_dir():
         pytest.fail(f"shared data not found at {data}; set AUTOTUNE_SHARED_DATA")
     table = seed_table(seed_benchmark_requests(data, 200), seeds=(0,))

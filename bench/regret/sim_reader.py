@@ -1,0 +1,182 @@
+"""The simulated worlds' reader: capacity readings on the simulator, in the world's own time.
+
+Every reading is what a trial of autotune reads on the simulator (autotune.orchestrate.capacity:
+the highest arrival scale whose p99 TTFT and ITL meet the SLO; goodput there) with
+``--capacity-replays`` replays. Every seed is scored against one exhaustive oracle
+(:func:`bench.regret.oracle.build_table`). A world many times slower than the GPU worlds the
+workloads' SLOs were written for is held to them in its own time (:func:`dilation`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bench.regret.oracle import Table, build_table
+from bench.regret.reading import Reading, ReadingCache
+from bench.regret.settings import BUDGET, LONG_RUN, SMALL_SPACE, Settings, Space
+from bench.regret.workloads import Workload
+from bench.regret.worlds import World, sim_worlds
+
+if TYPE_CHECKING:
+    from autotune.policy import Policy
+    from autotune.types import TrialConfig
+
+#: A simulator profile of a local spec pair names its model ``local/spec-pair-<pair>``.
+LOCAL_PAIR = "local/spec-pair-"
+#: The world the workloads' SLOs were written for (bench/regret/workloads.py).
+SLO_REFERENCE = "kimi-k2.6@8xH200-tp8/dspark"
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(base[k], v) if isinstance(v, dict) and isinstance(base.get(k),
+                                                                           dict) else v
+    return out
+
+
+def _local_pair(serve: dict[str, Any]) -> dict[str, Any]:
+    """``serve`` with a local spec pair's name replaced by the built pair's folders
+    (bench/engine/pairs.py), so the guided strategy reads the model's config.json."""
+    model = str(serve.get("model", ""))
+    if not model.startswith(LOCAL_PAIR):
+        return serve
+    from bench.engine.pairs import build
+
+    pair = build(model.removeprefix(LOCAL_PAIR))
+    return {**serve, "model": str(pair.target), "draft_model": str(pair.draft)}
+
+
+def bench_policy(world: World, wl: Workload, strategy: str, budget: int,
+                 space: Space) -> Policy:
+    """The default policy in ``world`` (its serve, hardware and sim keys) for ``wl``."""
+    from autotune.policy import load_policy, policy_from_mapping
+
+    world_keys = {**world.policy, "serve": _local_pair(world.policy["serve"])}
+    data = _merge(load_policy().model_dump(mode="json"), world_keys)
+    allowed = world.policy.get("space", {})
+    data["space"] = {k: [v for v in vs if v in allowed.get(k, vs)] for k, vs in space.items()}
+    data["objective"]["slo"] = {"ttft_p99_ms": wl.slo[0], "itl_p99_ms": wl.slo[1]}
+    data["budget"]["trials"] = budget
+    data["search"] = {**data.get("search", {}), "strategy": strategy}
+    return policy_from_mapping(data, f"bench:{world.name}:{wl.name}")
+
+
+def unloaded_latencies(world: World, wl: Workload) -> tuple[float, float, float]:
+    """p99 TTFT, p99 ITL (ms) and mean end-to-end latency (s) of the world's baseline config
+    serving ``wl``'s requests one at a time (closed loop, one in flight): no queueing."""
+    from autotune.backends import create_backend
+    from autotune.slo import Slo
+    from autotune.types import ReplaySchedule
+
+    policy = bench_policy(world, wl, "grid", BUDGET, SMALL_SPACE)
+    backend = create_backend("sim", policy.serve.spec(), policy.sim.model_dump(), 0)
+    replica = backend.start(policy.baseline.config())
+    try:
+        m = replica.replay(ReplaySchedule(wl.requests, mode="closed", concurrency=1, seed=0))
+    finally:
+        replica.stop()
+    check = m.slo_check(Slo())
+    return check.ttft_p99_ms, check.itl_p99_ms, float(m.e2e_s[m.ok].mean())
+
+
+def dilation(world: World, wl: Workload) -> tuple[float, float, float]:
+    """How much slower than :data:`SLO_REFERENCE` the world serves ``wl`` unloaded
+    (:func:`unloaded_latencies`): p99 TTFT, p99 ITL and mean request time, each never below 1.
+
+    The workloads' SLOs and arrival rates were written for GPU serving. A world many times
+    slower (one CPU core, where a 2048-token prefill takes 33 s) is held to them in its own
+    time: the bounds scaled by the first two factors (the same tightness against its own
+    unloaded latencies) and the arrivals spread by the third (a rate its replicas can reach),
+    instead of to latencies no config meets at any rate. A world as fast keeps them as written.
+    """
+    if world.name == SLO_REFERENCE:
+        return 1.0, 1.0, 1.0
+    reference = next(w for w in sim_worlds() if w.name == SLO_REFERENCE)
+    mine, ref = unloaded_latencies(world, wl), unloaded_latencies(reference, wl)
+    return (max(1.0, mine[0] / ref[0]), max(1.0, mine[1] / ref[1]),
+            max(1.0, mine[2] / ref[2]))
+
+
+def in_world_time(world: World, wl: Workload) -> tuple[Workload, tuple[float, float, float]]:
+    """``wl`` as the world is held to it (:func:`dilation`), and the factors."""
+    d = dilation(world, wl)
+    if d == (1.0, 1.0, 1.0):
+        return wl, d
+    requests = [replace(r, arrival_s=(r.arrival_s or 0.0) * d[2]) for r in wl.requests]
+    return replace(wl, requests=requests, slo=(wl.slo[0] * d[0], wl.slo[1] * d[1])), d
+
+
+def sim_fingerprint() -> str:
+    """Hash of the simulator's code and profiles and of the capacity search: cached readings
+    never outlive a change."""
+    import autotune.backends.sim as sim
+    import autotune.orchestrate.capacity as capacity
+
+    root = Path(sim.__file__).parent
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        if path.suffix in (".py", ".yaml", ".csv", ".json") and path.is_file():
+            h.update(path.read_bytes())
+    h.update(Path(capacity.__file__).read_bytes())
+    return h.hexdigest()[:12]
+
+
+class SimReader:
+    """Capacity readings of one simulated (world, workload), measured once per replay seed and
+    cached (:class:`bench.regret.reader.Reader`)."""
+
+    long_run = LONG_RUN       # tpe/random run on this far to find when they reach 2%
+    grid_runs: int | None = None  # grid reads every config
+
+    def __init__(self, world: World, wl: Workload, settings: Settings) -> None:
+        from autotune.backends import create_backend
+
+        self.world, self.settings = world, settings
+        self.wl, self.dilation = in_world_time(world, wl)
+        self.policy = self.search_policy("grid", BUDGET)
+        self.backend = create_backend("sim", self.policy.serve.spec(),
+                                      self.policy.sim.model_dump(), 0)
+        # keyed by the workload as written (its SLO before any dilation)
+        self.key = (f"{world.name}|{wl.name}|{settings.requests}|{settings.capacity_replays}|"
+                    f"{wl.slo}|{settings.fingerprint}")
+        self.cache = ReadingCache(settings.cache, self.key)
+
+    @property
+    def measured(self) -> int:
+        return self.cache.measured
+
+    def search_policy(self, strategy: str, budget: int) -> Policy:
+        """The policy a method searches with (``strategy``, ``budget`` trials)."""
+        return bench_policy(self.world, self.wl, strategy, budget, self.settings.space)
+
+    def tables(self, seeds: int) -> list[Table[TrialConfig]]:
+        """The oracle each seed is scored against: here one for all, every config and the
+        baseline read ``--repeats`` times on the oracle's own replay seeds."""
+        configs = [self.policy.baseline.config(), *self.policy.space.configs()]
+        return [build_table(configs, self.read, self.settings)] * seeds
+
+    def read(self, config: TrialConfig, replay_seed: int) -> Reading:
+        key = f"{self.key}|{config.short()}|{replay_seed}"
+        return self.cache.read(key, lambda: self._measure(config, replay_seed))[0]
+
+    def _measure(self, config: TrialConfig, replay_seed: int) -> Reading:
+        from autotune.objective import score_measurement
+        from autotune.orchestrate.capacity import replay_at_capacity
+        from autotune.predict import decode_stats
+
+        slo = self.policy.objective.slo.slo()
+        schedule = self.policy.replay.schedule(self.wl.requests, seed=replay_seed, slo=slo)
+        replica = self.backend.start(config)
+        try:
+            m = replay_at_capacity(replica, schedule, slo,
+                                   max_replays=self.settings.capacity_replays)
+        finally:
+            replica.stop()
+        out = score_measurement(m, self.policy.objective.maximize, slo)
+        summary = {k: v for k, v in out.summary.items() if k != "per_position_acceptance"}
+        summary.update(decode_stats(m))
+        return Reading(out.value, out.feasible, dict(out.constraints), summary)

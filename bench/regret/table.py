@@ -1,0 +1,65 @@
+"""Print a regret result's per-world summary as a Markdown table (one row per world and one over
+all of them), read from a results file: ``--out``'s JSON, ``--detail``'s or
+``python -m bench.regret.merge``'s (``bench/results/regret/regret-worlds.json``).
+
+    .venv/bin/python -m bench.regret.table bench/results/regret/regret-worlds.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+HEADER = ("| world | guided median / worst | guided median runs | guided at 6 runs | "
+          "TPE at 6 runs | TPE median / worst | random median / worst | grid median / worst | "
+          "default |")
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2%}"
+
+
+def _pair(methods: Mapping[str, Any], m: str) -> str:
+    if m not in methods:
+        return "-"
+    return f"{_pct(methods[m]['median_regret'])} / {_pct(methods[m]['max_regret'])}"
+
+
+def row(name: str, summary: Mapping[str, Any]) -> str:
+    """One world's (or the summary's) row of :data:`HEADER`."""
+    ms = summary["methods"]
+    g, t = ms.get("guided"), ms.get("tpe")
+    cells = [name, _pair(ms, "guided"),
+             f"{g['median_runs']:g}" if g else "-",
+             _pct(g["regret_at_6"]) if g else "-",
+             _pct(t["regret_at_6"]) if t else "-",
+             _pair(ms, "tpe"), _pair(ms, "random"), _pair(ms, "grid"),
+             _pct(ms["default"]["median_regret"])]
+    return "| " + " | ".join(cells) + " |"
+
+
+def markdown(res: Mapping[str, Any]) -> str:
+    """The table of a result (``{"worlds": ..., "summary": ...}``)."""
+    worlds = res["worlds"]
+    lines = [HEADER, "|" + "---|" * HEADER.count(" | ") + "---|"]
+    lines += [row(name, summary) for name, summary in worlds.items()]
+    if res.get("summary"):
+        lines.append(row(f"all {len(worlds)} worlds", res["summary"]))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.regret.table",
+                                     description=__doc__.split("\n\n", 1)[0].replace("\n", " "))
+    parser.add_argument("file", type=Path, help="a regret results file (JSON)")
+    args = parser.parse_args(argv)
+    data = json.loads(args.file.read_text(encoding="utf-8"))
+    print(markdown(data.get("result", data)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

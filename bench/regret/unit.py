@@ -1,0 +1,124 @@
+"""One unit of the benchmark, a (world, workload): its oracle, then every method over every seed
+scored against it (:func:`bench_unit`); the simulated units in parallel processes, the
+real-engine ones one at a time after them (:func:`map_units`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from bench.regret.engine_reader import EngineReader
+from bench.regret.methods import race, recommended, run_grid, run_searcher, runs_to
+from bench.regret.oracle import Table
+from bench.regret.reader import Reader
+from bench.regret.report import median
+from bench.regret.settings import BUDGET, EQUAL_BUDGET, Settings
+from bench.regret.sim_reader import SimReader
+from bench.regret.workloads import Workload
+from bench.regret.worlds import World
+
+
+@dataclass(frozen=True)
+class UnitResult:
+    """A finished unit: its detail (the JSON of ``--detail``), the lines it prints, and what it
+    took."""
+
+    world: str
+    workload: str
+    detail: dict[str, Any]
+    seconds: float
+    measured: int
+    lines: list[str]
+    seeds: int
+
+
+def bench_unit(world: World, wl: Workload | None, settings: Settings) -> UnitResult:
+    """The oracle table of one (world, workload), then every method over every seed on it
+    (a real-engine world has its own workload: ``wl`` None)."""
+    t0 = time.perf_counter()
+    reader: Reader
+    if world.kind == "engine":
+        reader, seeds = EngineReader(world, settings), settings.engine_seeds
+    else:
+        assert wl is not None
+        reader, seeds = SimReader(world, wl, settings), settings.seeds
+    return score_methods(reader, seeds, settings.methods, t0)
+
+
+def score_methods(reader: Reader, seeds: int, methods: Sequence[str], t0: float) -> UnitResult:
+    """Every method over ``seeds`` seeds, each seed scored on its oracle of ``reader``'s
+    (world, workload): ``reader.tables(seeds)``, one table per seed (the simulated worlds share
+    one; a real-engine world holds out the seed's own readings)."""
+    world, wl = reader.world, reader.wl
+    tables = reader.tables(seeds)
+    pooled = Table({c: list({id(r): r for t in tables for r in t.readings[c]}.values())
+                    for c in tables[0].readings})  # every reading once
+    best_c, best_v = pooled.oracle()
+    default = reader.policy.baseline.config()
+    detail: dict[str, Any] = {
+        "slo": {"ttft_p99_ms": wl.slo[0], "itl_p99_ms": wl.slo[1],
+                "dilation": list(reader.dilation)},
+        "oracle": best_c.short(), "oracle_value": best_v,
+        "oracle_feasible": pooled.mostly_feasible(best_c),
+        "default_regret": median([t.regret(default) for t in tables]),
+        "default_meets_slo": pooled.mostly_feasible(default), "runs": {}}
+    lines = [f"{world.name} {wl.name}: oracle {best_c.short()} = {best_v:.3f}; default regret "
+             f"{detail['default_regret']:.2%} (meets SLO: {detail['default_meets_slo']})"]
+    for method in methods:
+        rows: list[dict[str, Any]] = []
+        for seed, table in enumerate(tables):
+            if method == "grid":
+                run = run_grid(reader, seed)
+                head, at6 = run.trials, run.trials[:EQUAL_BUDGET]
+            else:
+                long = method in ("tpe", "random")
+                run = run_searcher(reader, method, seed, reader.long_run if long else BUDGET)
+                head = run.trials[:BUDGET] if long else run.trials
+                at6 = run_searcher(reader, method, seed, EQUAL_BUDGET).trials
+            chosen = recommended(head)
+            se = table.regret_se(chosen)
+            row = {"regret": table.regret(chosen), "runs": len(head),
+                   "regret_se": round(se, 4) if se is not None else None,
+                   "regret_at_6": table.regret(recommended(at6)),
+                   "to_2pct": runs_to(table, run.trials, 0.02),
+                   "chosen": chosen.short() if chosen else None,
+                   "stop": run.stop_reason,
+                   "trials": [c.short() for c, _ in head], **race(head)}
+            if any(t is not tables[0] for t in tables):  # the seed's own oracle and default
+                oracle_c, oracle_v = table.oracle()
+                row.update(oracle=oracle_c.short(), oracle_value=oracle_v,
+                           default_regret=table.regret(default),
+                           default_meets_slo=table.mostly_feasible(default))
+            rows.append(row)
+        detail["runs"][method] = rows
+        lines.append(f"  {method:7s} regret median {median([r['regret'] for r in rows]):.2%} "
+                     f"max {max(r['regret'] for r in rows):.2%} at6 "
+                     f"{median([r['regret_at_6'] for r in rows]):.2%} runs "
+                     f"{median([r['runs'] for r in rows]):.0f} to2% "
+                     f"{[r['to_2pct'] for r in rows]}")
+    if "guided" in detail["runs"]:
+        g = detail["runs"]["guided"][0]
+        lines.append(f"  guided seed 0 ran {g['trials']} -> {g['chosen']} ({g['stop']})")
+    return UnitResult(world.name, wl.name, detail, time.perf_counter() - t0, reader.measured,
+                      lines, seeds)
+
+
+def map_units(jobs: int, settings: Settings,
+              units: Sequence[tuple[World, Workload | None]]) -> Iterator[UnitResult]:
+    """Simulated units in ``jobs`` processes, then the real-engine ones one at a time in this
+    process (two servers side by side would measure each other)."""
+    sim = [(w, wl) for w, wl in units if w.kind != "engine"]
+    engine = [(w, wl) for w, wl in units if w.kind == "engine"]
+    if jobs <= 1:
+        yield from (bench_unit(w, wl, settings) for w, wl in sim)
+    else:
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            futures = [pool.submit(bench_unit, w, wl, settings) for w, wl in sim]
+            for f in as_completed(futures):
+                yield f.result()
+    yield from (bench_unit(w, wl, settings) for w, wl in engine)

