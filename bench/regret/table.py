@@ -1,6 +1,8 @@
 """Print a regret result's per-world summary as a Markdown table (one row per world and one over
 all of them), read from a results file: ``--out``'s JSON, ``--detail``'s or
-``python -m bench.regret.merge``'s (``bench/results/regret/regret-worlds.json``).
+``python -m bench.regret.merge``'s (``bench/results/regret/regret-worlds.json``). With the units'
+details in the file (``--detail``, merge), the last column says which of the targets
+(:func:`bench.regret.report.checks`) each row misses, or "all met".
 
     .venv/bin/python -m bench.regret.table bench/results/regret/regret-worlds.json
 """
@@ -9,13 +11,16 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from bench.regret.report import Detail, checks
 
 HEADER = ("| world | guided median / worst | guided median runs | guided at 6 runs | "
           "TPE at 6 runs | TPE median / worst | random median / worst | grid median / worst | "
           "default |")
+TARGETS = " targets |"
 
 
 def _pct(x: float | None) -> str:
@@ -28,8 +33,17 @@ def _pair(methods: Mapping[str, Any], m: str) -> str:
     return f"{_pct(methods[m]['median_regret'])} / {_pct(methods[m]['max_regret'])}"
 
 
-def row(name: str, summary: Mapping[str, Any]) -> str:
-    """One world's (or the summary's) row of :data:`HEADER`."""
+def missed(name: str, summary: Mapping[str, Any], units: Sequence[Detail]) -> str:
+    """The targets a row misses, "all met" when none: the FAIL clauses of :func:`checks`."""
+    clauses = [c.strip() for line in checks(name, summary, units)
+               for c in line.removeprefix(f"{name}:").split(";")]
+    failed = [c.removeprefix("FAIL ") for c in clauses if c.startswith("FAIL")]
+    return "all met" if not failed else "misses: " + "; ".join(failed)
+
+
+def row(name: str, summary: Mapping[str, Any], units: Sequence[Detail] | None = None) -> str:
+    """One world's (or the summary's) row of :data:`HEADER` (with ``units``, and the targets
+    column)."""
     ms = summary["methods"]
     g, t = ms.get("guided"), ms.get("tpe")
     cells = [name, _pair(ms, "guided"),
@@ -38,16 +52,23 @@ def row(name: str, summary: Mapping[str, Any]) -> str:
              _pct(t["regret_at_6"]) if t else "-",
              _pair(ms, "tpe"), _pair(ms, "random"), _pair(ms, "grid"),
              _pct(ms["default"]["median_regret"])]
+    if units is not None:
+        cells.append(missed(name, summary, units))
     return "| " + " | ".join(cells) + " |"
 
 
-def markdown(res: Mapping[str, Any]) -> str:
-    """The table of a result (``{"worlds": ..., "summary": ...}``)."""
+def markdown(res: Mapping[str, Any],
+             units: Mapping[str, Sequence[Detail]] | None = None) -> str:
+    """The table of a result (``{"worlds": ..., "summary": ...}``); with ``units`` (per world,
+    its units' details), a targets column."""
     worlds = res["worlds"]
-    lines = [HEADER, "|" + "---|" * HEADER.count(" | ") + "---|"]
-    lines += [row(name, summary) for name, summary in worlds.items()]
+    header = HEADER + TARGETS if units is not None else HEADER
+    lines = [header, "|" + "---|" * header.count(" | ") + "---|"]
+    lines += [row(name, summary, None if units is None else units[name])
+              for name, summary in worlds.items()]
     if res.get("summary"):
-        lines.append(row(f"all {len(worlds)} worlds", res["summary"]))
+        every = None if units is None else [u for name in worlds for u in units[name]]
+        lines.append(row(f"all {len(worlds)} worlds", res["summary"], every))
     return "\n".join(lines)
 
 
@@ -57,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("file", type=Path, help="a regret results file (JSON)")
     args = parser.parse_args(argv)
     data = json.loads(args.file.read_text(encoding="utf-8"))
-    print(markdown(data.get("result", data)))
+    print(markdown(data.get("result", data), data.get("units")))
     return 0
 
 

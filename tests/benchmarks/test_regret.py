@@ -105,3 +105,27 @@ def test_the_markdown_table_has_a_row_per_world_and_one_over_all() -> None:
     assert lines[3].startswith("| b/eagle3 | 0.10% / 3.00% | 4.5 | 0.20% | 5.00% |")
     assert lines[4].startswith("| all 2 worlds | 0.00% / 3.00% | 5 |")
     assert len(lines) == 5
+
+
+def test_the_targets_column_names_what_a_world_misses() -> None:
+    """With the units' details, each row says which targets it misses: a worst loss over 3%
+    and a run losing to a default that meets the SLO are named; a world within them says so."""
+    def summary(worst: float) -> dict[str, object]:
+        return {"methods": {
+            "guided": {"median_regret": 0.0, "max_regret": worst, "median_runs": 6.0,
+                       "regret_at_6": 0.0},
+            "tpe": {"median_regret": 0.0, "max_regret": 0.05, "median_runs": 12.0,
+                    "regret_at_6": 0.02},
+            "default": {"median_regret": 0.2}}}
+
+    def unit(regret: float, default_regret: float) -> dict[str, object]:
+        return {"workload": "chat", "default_regret": default_regret, "default_meets_slo": True,
+                "runs": {"guided": [{"regret": regret}]}}
+
+    units = {"good/w": [unit(0.01, 0.2)], "bad/w": [unit(0.08, 0.05)]}
+    text = markdown({"worlds": {"good/w": summary(0.01), "bad/w": summary(0.08)}}, units)
+    lines = text.splitlines()
+    assert lines[0].endswith("| default | targets |")
+    assert lines[2].endswith("| all met |")
+    assert "misses: worst 8.00% <= 3%" in lines[3]
+    assert "never loses to a default that meets the SLO (loses: chat seed 0)" in lines[3]
