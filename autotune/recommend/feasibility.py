@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from autotune.objective import Outcome, slo_margin
+from autotune.objective import Outcome, meets_target, slo_margin
 from autotune.policy import Policy
 from autotune.recommend.choose import Scored
 from autotune.slo import KEPT_UP, Slo
@@ -116,10 +116,9 @@ def judge_feasibility(policy: Policy, best: Scored) -> Feasibility:
     config = best.config.short()
     capacity = _num(summary, "load_scale")
     met = summary.get("capacity_met_slo")
-    read_at_capacity = capacity is not None and met is not None
-    if read_at_capacity and capacity is not None:
-        if met and capacity >= target * (1 - 1e-9):
-            return Feasibility(True, capacity, target, "")
+    if meets_target(best.outcome, target):
+        return Feasibility(True, capacity, target, "")
+    if capacity is not None and met is not None:
         reached = (f"reaches capacity {capacity:.3g}× the sample's rate" if met else
                    f"meets the SLO at no rate down to {capacity:.3g}× the sample's")
         prefix = AT_TARGET if _num(summary, AT_TARGET + "ttft_p99_ms") is not None else ""
@@ -138,8 +137,6 @@ def judge_feasibility(policy: Policy, best: Scored) -> Feasibility:
             f"infeasible: best config {config} {reached} (needs {target:g}×); at "
             f"{at} it misses the SLO ({', '.join(misses) or 'p99s over the bounds'}); "
             f"feasible with {fix}{_space_hint(policy, best, bool(met))}", needed)
-    if best.outcome.feasible:
-        return Feasibility(True, capacity, target, "")
     misses = _misses(policy, summary, "")
     slo_fix = _slo_that_holds(policy, summary, "")
     mode = (f"at concurrency {replay.concurrency}" if replay.mode == "closed" else

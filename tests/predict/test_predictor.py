@@ -162,8 +162,8 @@ def test_observation_reads_the_measurement_or_its_summary() -> None:
     assert same.step_s == pytest.approx(obs.step_s) and same.batch == pytest.approx(obs.batch)
     failed = Observation.from_result(config, None, False, None)
     assert failed.value is None and not failed.feasible
-    missed = Observation.from_result(config, 1.0, True, {"capacity_met_slo": 0.0})
-    assert not missed.feasible
+    missed = Observation.from_result(config, 1.0, False, {"capacity_met_slo": 0.0})
+    assert missed.margin_censored  # missed at every rate: the margin is an upper bound
     assert math.isfinite(obs.step_s or math.nan)
 
 
