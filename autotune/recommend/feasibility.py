@@ -55,15 +55,23 @@ def _num(summary: Mapping[str, Any], key: str) -> float | None:
     return float(v) if isinstance(v, int | float) and math.isfinite(v) else None
 
 
-def _misses(policy: Policy, summary: Mapping[str, Any], prefix: str) -> list[str]:
-    """The bounds missed in ``summary`` (keys with ``prefix``): "p99 ITL 72 ms > 60 ms"."""
+def _over_bounds(policy: Policy, summary: Mapping[str, Any],
+                 prefix: str) -> list[tuple[str, float, float]]:
+    """The p99 bounds ``summary`` (keys with ``prefix``) misses: (label, measured, bound)."""
     slo = policy.objective.slo
     out = []
     for name, label, bound in (("ttft_p99_ms", "p99 TTFT", slo.ttft_p99_ms),
                                ("itl_p99_ms", "p99 ITL", slo.itl_p99_ms)):
         measured = _num(summary, prefix + name)
         if bound is not None and measured is not None and measured > bound:
-            out.append(f"{label} {math.ceil(measured):,} ms > {bound:,.0f} ms")
+            out.append((label, measured, bound))
+    return out
+
+
+def _misses(policy: Policy, summary: Mapping[str, Any], prefix: str) -> list[str]:
+    """The bounds missed in ``summary`` (keys with ``prefix``): "p99 ITL 72 ms > 60 ms"."""
+    out = [f"{label} {math.ceil(measured):,} ms > {bound:,.0f} ms"
+           for label, measured, bound in _over_bounds(policy, summary, prefix)]
     failed = _num(summary, prefix + "failed_requests")
     if failed:
         out.append(f"{failed:.0f} request(s) failed")
@@ -75,13 +83,8 @@ def _misses(policy: Policy, summary: Mapping[str, Any], prefix: str) -> list[str
 
 def _slo_that_holds(policy: Policy, summary: Mapping[str, Any], prefix: str) -> str:
     """"an SLO of p99 TTFT ≤ 45,210 ms": the bounds the best config does meet there."""
-    slo = policy.objective.slo
-    parts = []
-    for name, label, bound in (("ttft_p99_ms", "p99 TTFT", slo.ttft_p99_ms),
-                               ("itl_p99_ms", "p99 ITL", slo.itl_p99_ms)):
-        measured = _num(summary, prefix + name)
-        if bound is not None and measured is not None and measured > bound:
-            parts.append(f"{label} ≤ {math.ceil(measured):,} ms")
+    parts = [f"{label} ≤ {math.ceil(measured):,} ms"
+             for label, measured, _ in _over_bounds(policy, summary, prefix)]
     return f"an SLO of {' and '.join(parts)}" if parts else ""
 
 

@@ -69,9 +69,6 @@ NO_RATE_STOP = 2
 
 log = logging.getLogger(__name__)
 
-#: One-sided z of the optimistic prediction (95th percentile).
-OPTIMISTIC_Z = 1.645
-
 
 @dataclass(frozen=True)
 class GuideDecision:
