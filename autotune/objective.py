@@ -5,19 +5,31 @@
 tokens per second) and the replay's SLO constraints from :meth:`autotune.slo.Slo.check`. The
 search strategies learn from outcomes; the recommendation step (:mod:`autotune.recommend`)
 picks among them.
+
+**The best measured config** is defined here, once, for every part that needs it (the
+searcher's leader, the guided search's incumbent, the recommendation): :func:`rank_measured`.
+A config stands when every one of its readings succeeded and meets a :class:`Standard` — the
+SLO at the rate to serve (:func:`meets_target`), or at some rate the capacity reading tried
+(:func:`met_at_some_rate`) — and its value is the mean of its readings; the best is the
+highest value.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from enum import Enum
+from typing import Any, Generic, TypeVar
 
 from autotune.slo import margin_from_summary
 from autotune.types import Measurement, Slo
 
-__all__ = ["CLOSE_CALL", "Outcome", "close_call", "meets_target", "score_measurement",
+__all__ = ["CLOSE_CALL", "Outcome", "Standard", "Standing", "close_call", "mean_value", "meets",
+           "meets_target", "met_at_some_rate", "rank_measured", "score_measurement",
            "slo_margin"]
+
+K = TypeVar("K", bound=Hashable)
 
 #: A reading this close to failing (log margin, about 10%) is read again before it is trusted.
 CLOSE_CALL = 0.1
@@ -61,6 +73,63 @@ def meets_target(outcome: Outcome, target: float) -> bool:
     if not isinstance(scale, int | float) or met is None:
         return outcome.feasible
     return bool(met) and outcome.feasible and scale >= target * (1 - 1e-9)
+
+
+def met_at_some_rate(outcome: Outcome) -> bool:
+    """The trial met the SLO at some rate: its capacity reading found one (down to the slowest
+    it tried), or (no capacity reading) it met the SLO as replayed. A capacity reading that
+    met it at no rate keeps its slowest replay, whose p99s may be within bounds (it fell
+    behind the arrivals): that is a miss."""
+    met = outcome.summary.get("capacity_met_slo")
+    return outcome.feasible and (met is None or bool(met))
+
+
+class Standard(Enum):
+    """What every reading of a config must meet for it to stand among the measured."""
+
+    #: the SLO at the rate to serve (:func:`meets_target`): the recommendation's, the
+    #: incumbent's and the searcher's leader's standard
+    AT_TARGET = "at the rate to serve"
+    #: the SLO at some rate the capacity reading tried (:func:`met_at_some_rate`): where no
+    #: config serves the rate to serve, the one with the most capacity is what is left to find
+    AT_SOME_RATE = "at some rate"
+
+
+def meets(outcome: Outcome, standard: Standard, target: float) -> bool:
+    """Whether one reading meets ``standard`` (``target``: the rate to serve, × the sample's)."""
+    if standard is Standard.AT_TARGET:
+        return meets_target(outcome, target)
+    return met_at_some_rate(outcome)
+
+
+def mean_value(readings: Sequence[Outcome]) -> float:
+    """A config's value: the mean of its readings' values."""
+    return sum(o.value for o in readings) / len(readings)
+
+
+@dataclass(frozen=True)
+class Standing(Generic[K]):
+    """A measured config that meets a standard on every reading: its mean value."""
+
+    key: K
+    value: float  # the mean of its readings' values
+    readings: int
+
+
+def rank_measured(readings: Iterable[tuple[K, Sequence[Outcome | None]]], standard: Standard,
+                  target: float) -> list[Standing[K]]:
+    """The measured configs that stand (every reading succeeded and meets ``standard``), best
+    first: the highest mean value; ties keep the order ``readings`` lists them in.
+
+    ``readings`` pairs each config (or any key standing for it) with all its readings (None: a
+    trial that failed). This is the one definition of "the best measured config".
+    """
+    standing: list[Standing[K]] = []
+    for key, outs in readings:
+        done = [o for o in outs if o is not None]
+        if done and len(done) == len(outs) and all(meets(o, standard, target) for o in done):
+            standing.append(Standing(key, mean_value(done), len(done)))
+    return sorted(standing, key=lambda s: -s.value)
 
 
 def slo_margin(outcome: Outcome, slo: Slo, target: float) -> float:

@@ -10,9 +10,10 @@ parts, each in its own module:
   fitted multiplier per part;
 - :mod:`~autotune.predict.workload`: the workload and the configs as arrays, and the fitted
   factors of the replica model;
-- :mod:`~autotune.predict.steady_state`: the scheduler's steady state at an arrival rate, and
-  a closed-loop replay read from it;
+- :mod:`~autotune.predict.steady_state`: the scheduler's steady state at an arrival rate;
+- :mod:`~autotune.predict.closed_loop`: a closed-loop replay, read from the steady state;
 - :mod:`~autotune.predict.trace_replay`: a fluid replay of the trace's own arrival times;
+- :mod:`~autotune.predict.latency`: what either replay predicts a replay measures;
 - :mod:`~autotune.predict.replica`: what a trial reads (goodput or tokens/s, p99s), at
   capacity or at the policy's rate;
 - :mod:`~autotune.predict.residual`: the model's remaining error at measured configs, spread

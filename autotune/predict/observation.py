@@ -5,8 +5,8 @@ through an explicit whitelist (:data:`OBSERVED_FIELDS`): only what a real vLLM s
 client measure — per-request latencies and token counts (hence p99s, throughputs, decode
 aggregates), the ``/metrics`` acceptance counters, and the capacity reading autotune makes
 from them. A backend's own extra readings (the simulator's mean step, batch or KV use) never
-reach it. From these: the objective, whether it met the SLO at the rate to serve and by how
-much (:func:`autotune.slo.margin_from_summary`), the mean decode step time and decoding
+reach it. From these: the objective, how far it was from failing the SLO at the rate to serve
+(:func:`autotune.slo.margin_from_summary`), the mean decode step time and decoding
 batch at every load the run was replayed at, the p99s and the acceptance counters.
 """
 
@@ -55,10 +55,11 @@ def _step_and_batch(decode: float, tokens: float, duration: float,
 class Observation:
     """What one measured run tells the predictor (see the module doc).
 
-    ``points`` are ``(scale, step_s, batch)`` of every replay of the run (the capacity
-    reading replays the trace at several rates on the same replica); ``margin`` is how far the
-    run was from failing the SLO at the target rate (log; negative: it failed), ``meets`` the
-    verdict.
+    ``feasible``: the run met the SLO at some rate, the caller's verdict
+    (:func:`autotune.objective.met_at_some_rate`). ``points`` are ``(scale, step_s, batch)``
+    of every replay of the run (the capacity reading replays the trace at several rates on the
+    same replica); ``margin`` is how far the run was from failing the SLO at the target rate
+    (log; negative: it failed).
     """
 
     config: TrialConfig
@@ -72,7 +73,6 @@ class Observation:
     counts: AcceptanceCounts | None = None
     margin: float | None = None
     margin_censored: bool = False  # the margin is an upper bound (missed at every rate tried)
-    meets: bool = False
     points: tuple[tuple[float, float, float], ...] = ()
 
     @classmethod
@@ -80,8 +80,8 @@ class Observation:
                     summary: Mapping[str, Any] | None, measurement: Measurement | None = None,
                     *, slo: Slo | None = None, target: float = 1.0) -> Observation:
         """Read an observation from a trial's summary (whitelisted fields only) and its
-        measurement when at hand; ``slo`` and ``target`` (× the sample's rate) give the
-        margin."""
+        measurement when at hand; ``feasible`` is the caller's verdict (see the class doc);
+        ``slo`` and ``target`` (× the sample's rate) give the margin."""
         s = {k: v for k, v in (summary or {}).items() if k in OBSERVED_FIELDS}
 
         def num(key: str) -> float | None:
@@ -120,12 +120,9 @@ class Observation:
             if p_step is not None and p_batch is not None:
                 points.append((at, p_step, p_batch))
         met = s.get("capacity_met_slo")
-        feasible = feasible and (met is None or bool(met))
         margin = (margin_from_summary(s, slo, target) if slo is not None and value is not None
                   else None)
-        meets = feasible and (margin is None or margin >= 0)
         return cls(config=config, value=value, feasible=feasible, scale=num("load_scale"),
                    step_s=step, batch=batch, itl_p99_ms=num("itl_p99_ms"),
                    ttft_p99_ms=num("ttft_p99_ms"), counts=counts, margin=margin,
-                   margin_censored=met is not None and not met, meets=meets,
-                   points=tuple(points))
+                   margin_censored=met is not None and not met, points=tuple(points))

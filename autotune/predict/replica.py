@@ -12,7 +12,8 @@ curves) and the candidate configs (window n, adaptive verification, ``max_num_se
 - the capacity reading (as :mod:`autotune.orchestrate.capacity` measures it): the highest
   arrival scale whose p99 TTFT and p99 ITL meet the SLO, bisected on the model; the objective
   is read there;
-- closed-loop replays: the steady state at the policy's concurrency.
+- closed-loop replays: the steady state at the policy's concurrency
+  (:mod:`autotune.predict.closed_loop`).
 
 A few factors of the model (:class:`~autotune.predict.workload.ReplicaFactors`) are fitted to
 what the measured runs show (:mod:`autotune.predict.predictor`).
@@ -26,13 +27,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 import numpy.typing as npt
 
+from autotune.predict.closed_loop import closed_loop_latency
+from autotune.predict.latency import PredictedLatency
 from autotune.predict.numerics import weighted_quantile
-from autotune.predict.steady_state import (
-    PredictedLatency,
-    SteadyState,
-    closed_loop_latency,
-    solve_steady_state,
-)
+from autotune.predict.steady_state import SteadyState, solve_steady_state
 from autotune.predict.step_cost import StepCostModel
 from autotune.predict.trace_replay import trace_replay_latency
 from autotune.predict.workload import ConfigGrid, ReplicaFactors, WorkloadModel

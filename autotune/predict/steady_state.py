@@ -3,8 +3,8 @@
 :func:`solve_steady_state` solves vLLM's scheduler steady state at an arrival rate (decoding
 sequences B = λ·S̄·t by Little's law, verified tokens T = B·(1 + m̄) + λ·P̄·t, step time
 t = cost(T, ...), adaptive verification keeping a draft position while its survival is worth
-its marginal step cost); :func:`closed_loop_latency` reads a closed-loop replay from it. The
-trace replay is :mod:`autotune.predict.trace_replay`.
+its marginal step cost). The replays read it: :mod:`autotune.predict.closed_loop` and
+:mod:`autotune.predict.trace_replay`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy.typing as npt
 from autotune.predict.step_cost import StepCostModel
 from autotune.predict.workload import THRESHOLDS, ConfigGrid, ReplicaFactors, WorkloadModel
 
-__all__ = ["PredictedLatency", "SteadyState", "closed_loop_latency", "solve_steady_state"]
+__all__ = ["SteadyState", "solve_steady_state"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -26,17 +26,35 @@ IntArray = npt.NDArray[np.int64]
 _ITERATIONS = 60
 
 
-@dataclass
+@dataclass(frozen=True)
 class SteadyState:
+    """The scheduler's steady state of every config (arrays of length K, one per config).
+
+    The replays read it: the closed loop directly (:mod:`autotune.predict.closed_loop`), the
+    trace replay as its starting point (:mod:`autotune.predict.trace_replay`).
+    """
+
+    #: arrival rate (requests/s); in a closed loop, the completion rate the concurrency makes
     lam: FloatArray
+    #: time of one engine step (s), the fixed point of the step cost at this load
     t: FloatArray
+    #: mean number of sequences decoding in a step (Little's law, capped by max_num_seqs)
     b: FloatArray
+    #: adaptive verification's survival threshold, an index into
+    #: :data:`~autotune.predict.workload.THRESHOLDS` (0: every position of the window verified)
     g: IntArray
+    #: multiplier on accepted tokens: the fitted adaptive-verification factor, 1 without it
     gain: FloatArray
+    #: mean decode steps per request
     s_bar: FloatArray
+    #: draft positions one decoding sequence verifies per step (step-weighted mean)
     m_bar: FloatArray
+    #: KV context of one decoding sequence (tokens, step-weighted mean)
     ctx: FloatArray
+    #: tokens one sequence emits per decode step
     e_bar: FloatArray
+    #: the step time reproduces itself within 0.1% and stays under 100 s (a queue that does
+    #: not grow without bound)
     stable: npt.NDArray[np.bool_]
 
 
@@ -90,68 +108,3 @@ def solve_steady_state(wl: WorkloadModel, grid: ConfigGrid, cost: StepCostModel,
     again = cost.step(b * (1.0 + m_bar) + pre, b, b * ctx, rate * wl.mean_pairs * t, win, pre)
     stable = (np.abs(again - t) <= 1e-3 * t) & (t < 1e2)
     return SteadyState(rate, t, b, g, gain, s_bar, m_bar, ctx, e_bar, stable)
-
-
-@dataclass
-class PredictedLatency:
-    feasible: npt.NDArray[np.bool_]   # stable, budget left for prefill, slots, KV cache
-    durations: FloatArray             # (K, M) step durations (s), ITL factor applied
-    weights: FloatArray               # (K, M) how many steps of each duration
-    ttft: FloatArray                  # (K, N) per-request TTFT
-    step: FloatArray | None = None    # (K, N) per-request decode step time (trace replay)
-    end: FloatArray | None = None     # (K, N) per-request completion time (trace replay)
-
-
-def closed_loop_latency(wl: WorkloadModel, grid: ConfigGrid, cost: StepCostModel,
-                        factors: ReplicaFactors, st: SteadyState) -> PredictedLatency:
-    """Step durations for the ITL and per-request TTFTs of a closed-loop replay (mean field).
-
-    ``concurrency`` requests start together; after them, a request enters each time one
-    leaves, at the steady state's completion rate. Prompts queue FIFO for the prefill budget
-    left after the decode windows; each busy period of that queue packs its prompts into
-    full-budget steps plus one partial step, which stall every decoding sequence, the other
-    steps are decode-only. (Waiting for a slot when the concurrency exceeds ``max_num_seqs``
-    is added by the caller.)
-    """
-    k, n_req = len(grid), wl.prompt.size
-    win = grid.n.astype(np.float64)
-    decode = st.b * (1.0 + st.m_bar)
-    avail = grid.tok - decode
-    a = np.maximum(avail, 1.0)
-    p = wl.prompt[None, :]
-    ctx = st.b * st.ctx
-    zero = np.zeros(k)
-    t_dec = cost.step(decode, st.b, ctx, zero, win, zero)
-    d_full = cost.step(decode + a, st.b, ctx, a * wl.weighted_prompt / 2.0, win, a)
-    one = np.minimum(p, a[:, None])
-    d_one = cost.step(decode[:, None] + one, st.b[:, None], ctx[:, None], one * p / 2.0,
-                      win[:, None], one)
-    # the queue drains prompt tokens at the budget's rate; a prompt's own TTFT is at least
-    # the one step that carries its (first and only, when short) chunk
-    service = p * (d_full / a)[:, None]
-    entered = np.maximum(np.arange(n_req) - wl.concurrency + 1, 0).astype(np.float64)
-    arrival = entered[None, :] / np.maximum(st.lam, 1e-9)[:, None]
-    done = np.cumsum(service, axis=1)
-    finish = np.maximum.accumulate(arrival - (done - service), axis=1) + done
-    wait = finish - arrival - service
-    service = np.maximum(service, d_one)
-    # busy periods of the prefill queue: packed into full steps and one partial step each
-    new = np.ones((k, n_req), dtype=bool)
-    new[:, 1:] = arrival[:, 1:] >= finish[:, :-1]
-    period = np.cumsum(new, axis=1) - 1 + (np.arange(k) * n_req)[:, None]
-    tokens = np.bincount(period.ravel(), weights=np.broadcast_to(p, (k, n_req)).ravel(),
-                         minlength=k * n_req).reshape(k, n_req)
-    full = np.floor(tokens / a[:, None])
-    rem = tokens - full * a[:, None]
-    d_rem = cost.step(decode[:, None] + rem, st.b[:, None], ctx[:, None], rem * rem / 2.0,
-                      win[:, None], rem)
-    steps = (arrival[:, -1] + st.s_bar * st.t) / st.t
-    n_full = full.sum(axis=1)
-    partial = (rem > 0).astype(np.float64)
-    durations = np.concatenate([t_dec[:, None], d_full[:, None], d_rem], axis=1)
-    weights = np.concatenate([np.maximum(steps - n_full - partial.sum(axis=1), 0.0)[:, None],
-                              n_full[:, None], partial], axis=1)
-    ttft = service + math.exp(factors.ttft) * wait
-    kv_ok = st.b * (st.ctx + wl.output.mean() / 2.0) <= wl.kv_tokens
-    feasible = st.stable & (avail >= 1.0) & kv_ok & (grid.tok >= grid.seqs)
-    return PredictedLatency(feasible, durations * math.exp(factors.itl), weights, ttft)

@@ -44,13 +44,6 @@ class ReplicaFactors:
     av: float = _FACTOR_DEFAULTS["av"]
     bias: float = _FACTOR_DEFAULTS["bias"]
 
-    @classmethod
-    def from_vector(cls, v: Sequence[float]) -> ReplicaFactors:
-        return cls(*(float(x) for x in v))
-
-    def vector(self) -> list[float]:
-        return [self.itl, self.ttft, self.slots, self.av, self.bias]
-
 
 @dataclass(frozen=True)
 class ConfigGrid:

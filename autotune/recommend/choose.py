@@ -1,13 +1,17 @@
 """Which measured trial a workload's recommendation is: the best one meeting the SLO.
 
-With the capacity reading a trial meets the SLO at *some* rate; the recommendation must serve
-the workload's own (the policy's ``replay.time_scale``, 1 = the sample's rate). So configs
-whose capacity reaches that rate come first, then the others meeting the SLO at a lower rate,
-then the least violation; within each group the highest objective wins.
+The best config is :func:`autotune.objective.rank_measured`'s, the rule the search's leader and
+incumbent follow too. With the capacity reading a trial meets the SLO at *some* rate; the
+recommendation must serve the workload's own (the policy's ``replay.time_scale``, 1 = the
+sample's rate). So configs whose every reading reaches that rate come first
+(:attr:`~autotune.objective.Standard.AT_TARGET`), then the others whose every reading met the
+SLO at a lower rate (:attr:`~autotune.objective.Standard.AT_SOME_RATE`), then the least
+violation; within each group the highest objective (the mean of a config's readings) wins,
+ties towards the config whose latest reading came first.
 
 A config read more than once (a close call read again, or the active config re-measured) is
-judged by all its readings: it meets the SLO only if every reading does (the worst reading's
-constraints and capacity stand for it), and its value is their mean.
+judged by all its readings: it meets the SLO only if every reading does, and the worst
+reading's constraints and capacity stand for it in the recommendation (:func:`combine_readings`).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from autotune.objective import Outcome, meets_target, slo_margin
+from autotune.objective import Outcome, Standard, mean_value, rank_measured, slo_margin
 from autotune.slo import Slo
 from autotune.types import TrialConfig
 
@@ -51,29 +55,30 @@ def combine_readings(readings: Sequence[Scored], slo: Slo | None,
     constraints = dict(worst.constraints)
     if len(done) < len(readings):  # a reading that failed outright misses the SLO
         constraints["failed_requests"] = max(constraints.get("failed_requests", 0.0), 1.0)
-    value = sum(o.value for o in outcomes) / len(outcomes)
+    value = mean_value(outcomes)
     summary = {**worst.summary, "readings": len(readings)}
     return replace(done[-1], outcome=Outcome(value, constraints, summary))
 
 
 def select_best(trials: Sequence[Scored], target: float | None = None,
                 slo: Slo | None = None) -> Scored | None:
-    """The best config: highest value among those meeting the SLO at ``target`` (when given),
-    else among feasible ones, else the least SLO violation (see the module doc).
-
-    Ties break towards the earlier trial (deterministic).
-    """
+    """The best config (see the module doc), as :func:`combine_readings` of its readings:
+    the highest value among those meeting the SLO at ``target`` on every reading (when
+    ``target`` is given), else among those meeting it at some rate, else the least SLO
+    violation. Ties break towards the earlier trial (deterministic)."""
     groups: dict[TrialConfig, list[Scored]] = {}
     for t in trials:
         groups.setdefault(t.config, []).append(t)
-    done = [c for g in groups.values()
-            if (c := combine_readings(g, slo, target or 1.0)) is not None]
-    if not done:
+    combined = {c: one for c, g in groups.items()
+                if (one := combine_readings(g, slo, target or 1.0)) is not None}
+    if not combined:
         return None
-    feasible = [t for t in done if t.outcome is not None and t.outcome.feasible]
-    if target is not None:
-        at_target = [t for t in feasible if t.outcome and meets_target(t.outcome, target)]
-        feasible = at_target or feasible
-    if feasible:
-        return max(feasible, key=lambda t: (t.outcome.value if t.outcome else 0.0, -t.number))
-    return min(done, key=lambda t: (t.outcome.violation if t.outcome else 0.0, t.number))
+    in_order = sorted(combined, key=lambda c: combined[c].number)  # latest reading's number
+    readings = [(c, [t.outcome for t in groups[c]]) for c in in_order]
+    standards = ([] if target is None else [Standard.AT_TARGET]) + [Standard.AT_SOME_RATE]
+    for standard in standards:
+        ranked = rank_measured(readings, standard, target or 1.0)
+        if ranked:
+            return combined[ranked[0].key]
+    return min(combined.values(),
+               key=lambda t: (t.outcome.violation if t.outcome else 0.0, t.number))

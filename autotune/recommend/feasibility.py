@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from autotune.objective import Outcome, slo_margin
+from autotune.objective import Outcome, meets_target, slo_margin
 from autotune.policy import Policy
 from autotune.recommend.choose import Scored
 from autotune.slo import KEPT_UP, Slo
@@ -55,15 +55,23 @@ def _num(summary: Mapping[str, Any], key: str) -> float | None:
     return float(v) if isinstance(v, int | float) and math.isfinite(v) else None
 
 
-def _misses(policy: Policy, summary: Mapping[str, Any], prefix: str) -> list[str]:
-    """The bounds missed in ``summary`` (keys with ``prefix``): "p99 ITL 72 ms > 60 ms"."""
+def _over_bounds(policy: Policy, summary: Mapping[str, Any],
+                 prefix: str) -> list[tuple[str, float, float]]:
+    """The p99 bounds ``summary`` (keys with ``prefix``) misses: (label, measured, bound)."""
     slo = policy.objective.slo
     out = []
     for name, label, bound in (("ttft_p99_ms", "p99 TTFT", slo.ttft_p99_ms),
                                ("itl_p99_ms", "p99 ITL", slo.itl_p99_ms)):
         measured = _num(summary, prefix + name)
         if bound is not None and measured is not None and measured > bound:
-            out.append(f"{label} {math.ceil(measured):,} ms > {bound:,.0f} ms")
+            out.append((label, measured, bound))
+    return out
+
+
+def _misses(policy: Policy, summary: Mapping[str, Any], prefix: str) -> list[str]:
+    """The bounds missed in ``summary`` (keys with ``prefix``): "p99 ITL 72 ms > 60 ms"."""
+    out = [f"{label} {math.ceil(measured):,} ms > {bound:,.0f} ms"
+           for label, measured, bound in _over_bounds(policy, summary, prefix)]
     failed = _num(summary, prefix + "failed_requests")
     if failed:
         out.append(f"{failed:.0f} request(s) failed")
@@ -75,13 +83,8 @@ def _misses(policy: Policy, summary: Mapping[str, Any], prefix: str) -> list[str
 
 def _slo_that_holds(policy: Policy, summary: Mapping[str, Any], prefix: str) -> str:
     """"an SLO of p99 TTFT ≤ 45,210 ms": the bounds the best config does meet there."""
-    slo = policy.objective.slo
-    parts = []
-    for name, label, bound in (("ttft_p99_ms", "p99 TTFT", slo.ttft_p99_ms),
-                               ("itl_p99_ms", "p99 ITL", slo.itl_p99_ms)):
-        measured = _num(summary, prefix + name)
-        if bound is not None and measured is not None and measured > bound:
-            parts.append(f"{label} ≤ {math.ceil(measured):,} ms")
+    parts = [f"{label} ≤ {math.ceil(measured):,} ms"
+             for label, measured, _ in _over_bounds(policy, summary, prefix)]
     return f"an SLO of {' and '.join(parts)}" if parts else ""
 
 
@@ -116,10 +119,9 @@ def judge_feasibility(policy: Policy, best: Scored) -> Feasibility:
     config = best.config.short()
     capacity = _num(summary, "load_scale")
     met = summary.get("capacity_met_slo")
-    read_at_capacity = capacity is not None and met is not None
-    if read_at_capacity and capacity is not None:
-        if met and capacity >= target * (1 - 1e-9):
-            return Feasibility(True, capacity, target, "")
+    if meets_target(best.outcome, target):
+        return Feasibility(True, capacity, target, "")
+    if capacity is not None and met is not None:
         reached = (f"reaches capacity {capacity:.3g}× the sample's rate" if met else
                    f"meets the SLO at no rate down to {capacity:.3g}× the sample's")
         prefix = AT_TARGET if _num(summary, AT_TARGET + "ttft_p99_ms") is not None else ""
@@ -138,8 +140,6 @@ def judge_feasibility(policy: Policy, best: Scored) -> Feasibility:
             f"infeasible: best config {config} {reached} (needs {target:g}×); at "
             f"{at} it misses the SLO ({', '.join(misses) or 'p99s over the bounds'}); "
             f"feasible with {fix}{_space_hint(policy, best, bool(met))}", needed)
-    if best.outcome.feasible:
-        return Feasibility(True, capacity, target, "")
     misses = _misses(policy, summary, "")
     slo_fix = _slo_that_holds(policy, summary, "")
     mode = (f"at concurrency {replay.concurrency}" if replay.mode == "closed" else

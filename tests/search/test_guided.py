@@ -52,6 +52,16 @@ def summary(scale: float = 1.0) -> dict[str, Any]:
             "output_tokens_per_s": 900.0}
 
 
+#: a capacity reading that met the SLO at no rate down to the slowest it tried
+MISSED_AT_EVERY_RATE = Outcome(0.0, {"itl_p99_ms": 50.0},
+                               {"load_scale": 1 / 64, "capacity_met_slo": 0.0})
+
+
+def met_below_target(value: float) -> Outcome:
+    """A capacity reading that met the SLO at half the rate to serve, not at it."""
+    return Outcome(value, {}, {"load_scale": 0.5, "capacity_met_slo": 1.0})
+
+
 def guide(epsilon: float = 0.005) -> Guide:
     policy = make_policy()
     return make_guide(requests(), policy.space.configs(), policy, epsilon=epsilon)
@@ -67,7 +77,7 @@ def test_first_proposal_without_measurements_is_the_best_predicted() -> None:
 
 def test_proposals_can_beat_the_incumbent_and_never_repeat() -> None:
     g = guide()
-    g.observe(BASELINE, 2.0, True, summary())
+    g.observe(BASELINE, Outcome(2.0, {}, summary()))
     seen: set[TrialConfig] = {BASELINE}
     for _ in range(4):
         d = g.propose(exclude=seen)
@@ -79,12 +89,12 @@ def test_proposals_can_beat_the_incumbent_and_never_repeat() -> None:
         # the choice has the largest expected improvement among the unpruned candidates
         assert d.remaining_gain >= 0.0
         seen.add(d.config)
-        g.observe(d.config, preds[d.config].value, True, summary())
+        g.observe(d.config, Outcome(preds[d.config].value, {}, summary()))
 
 
 def test_stops_when_the_remaining_gain_is_below_epsilon() -> None:
     g = guide(epsilon=10.0)       # nothing can gain 1000%
-    g.observe(BASELINE, 2.0, True, summary())
+    g.observe(BASELINE, Outcome(2.0, {}, summary()))
     d = g.propose()
     assert d.config is None and "epsilon" in d.reason
     assert guide(epsilon=0.0).propose().config is not None
@@ -116,10 +126,10 @@ def test_candidates_whose_optimistic_prediction_cannot_beat_the_incumbent_are_sk
     a, b, c = (TrialConfig(n, False, 64, 4096) for n in (1, 2, 3))
     fixed = FixedPredictor({a: (10.0, 12.0), b: (8.0, 9.0), c: (5.0, 6.0)})
     g = Guide(fixed, epsilon=0.0)  # type: ignore[arg-type]
-    g.observe(BASELINE, 9.5, True, {})
+    g.observe(BASELINE, Outcome(9.5, {}))
     d = g.propose()
     assert d.config == a and d.pruned == 2 and d.incumbent == 9.5
-    g.observe(a, 13.0, True, {})
+    g.observe(a, Outcome(13.0, {}))
     d = g.propose()
     assert d.config is None and d.pruned == 2 and "optimistic" in d.reason
 
@@ -134,7 +144,7 @@ def test_nothing_left_can_meet_the_slo_once_a_config_meets_it() -> None:
     a, b = (TrialConfig(n, False, 64, 4096) for n in (1, 2))
     g = Guide(_hopeless({a: (20.0, 40.0), b: (15.0, 30.0)}, risk=0.95),  # type: ignore[arg-type]
               epsilon=0.0)
-    g.predictor.observe(Observation(BASELINE, 9.5, True, meets=True))
+    g.observe(BASELINE, Outcome(9.5, {}))
     d = g.propose()
     assert d.config is None and d.reason.startswith("nothing left can meet the SLO")
 
@@ -145,11 +155,11 @@ def test_a_rate_out_of_reach_searches_for_the_most_capacity() -> None:
     a, b, c = (TrialConfig(n, False, 64, 4096) for n in (1, 2, 3))
     g = Guide(_hopeless({a: (5.0, 6.0), b: (8.0, 12.0), c: (2.0, 2.5)}, risk=0.99),
               epsilon=0.0)  # type: ignore[arg-type]
-    g.predictor.observe(Observation(BASELINE, 1.0, False, meets=False))  # met at no rate
+    g.observe(BASELINE, Outcome(1.0, {"itl_p99_ms": 1.0}))  # met at no rate
     d = g.propose()
     assert d.config == b and "out of reach" in d.reason and d.incumbent is None
     # b met the SLO at a lower rate than the one to serve: its value is the incumbent
-    g.predictor.observe(Observation(b, 7.0, True, meets=False))
+    g.observe(b, met_below_target(7.0))
     d = g.propose()
     assert d.config is None and d.incumbent == 7.0
     assert "optimistic" in d.reason and "out of reach" in d.reason
@@ -162,16 +172,16 @@ def test_an_slo_met_at_no_rate_by_two_configs_stops_the_search() -> None:
     a, b, c, d = (TrialConfig(n, False, 64, 4096) for n in (1, 2, 3, 4))
     g = Guide(_hopeless({a: (5.0, 6.0), b: (8.0, 12.0), c: (2.0, 2.5), d: (1.5, 2.0)},
                         risk=0.99), epsilon=0.0)  # type: ignore[arg-type]
-    g.predictor.observe(Observation(BASELINE, 0.0, False, margin_censored=True, meets=False))
+    g.observe(BASELINE, MISSED_AT_EVERY_RATE)
     assert g.propose().config == b  # a bad baseline? read the likeliest (all equal: best)
-    g.predictor.observe(Observation(b, None, False))  # a failed trial says nothing of the SLO
+    g.observe(b, None)  # a failed trial says nothing of the SLO
     assert g.propose().config == a
-    g.predictor.observe(Observation(a, 0.0, False, margin_censored=True, meets=False))
+    g.observe(a, MISSED_AT_EVERY_RATE)
     stop = g.propose()
     assert stop.config is None and stop.incumbent is None
     assert "out of this replica's reach" in stop.reason and "loosen the SLO" in stop.reason
     # a config that met the SLO at some lower rate gives capacity to rank: no stop
-    g.predictor.observe(Observation(c, 3.0, True, meets=False))
+    g.observe(c, met_below_target(3.0))
     decision = g.propose()
     assert decision.incumbent == 3.0 and "out of this replica's reach" not in decision.reason
     assert decision.config is None and "optimistic" in decision.reason  # d's best case is 2.0
@@ -185,14 +195,14 @@ def test_before_calling_the_slo_out_of_reach_the_config_likeliest_to_meet_it_is_
     fixed = _hopeless({a: (5.0, 6.0), b: (8.0, 12.0), c: (2.0, 2.5)}, risk=0.99)
     fixed.preds[c] = replace(fixed.preds[c], risk=0.93)
     g = Guide(fixed, epsilon=0.0)  # type: ignore[arg-type]
-    g.predictor.observe(Observation(BASELINE, 0.0, False, margin_censored=True, meets=False))
+    g.observe(BASELINE, MISSED_AT_EVERY_RATE)
     d = g.propose()
     assert d.config == c and "most likely to meet the SLO" in d.reason
 
 
 def _miss_at_every_rate(g: Guide, *configs: TrialConfig) -> None:
     for c in configs:
-        g.predictor.observe(Observation(c, 0.0, False, margin_censored=True, meets=False))
+        g.observe(c, MISSED_AT_EVERY_RATE)
 
 
 def test_two_misses_at_every_rate_do_not_stop_the_search_while_a_config_may_meet_at_some_rate(
@@ -237,7 +247,7 @@ def test_each_prefill_chunk_s_shortest_steps_are_read_before_the_slo_is_called_o
 def _censored_miss(config: TrialConfig, batch: float, itl: float, ttft: float) -> Observation:
     """A reading that missed the SLO at every rate tried (its slowest replay kept)."""
     return Observation(config, 0.0, False, scale=1 / 64, batch=batch, itl_p99_ms=itl,
-                       ttft_p99_ms=ttft, margin=-4.2, margin_censored=True, meets=False)
+                       ttft_p99_ms=ttft, margin=-4.2, margin_censored=True)
 
 
 def test_a_miss_at_light_load_rules_out_every_config_at_least_as_slow() -> None:
@@ -284,9 +294,9 @@ def test_a_miss_at_light_load_rules_out_every_config_at_least_as_slow() -> None:
 
 def test_failed_and_infeasible_trials_are_not_incumbents() -> None:
     g = guide()
-    g.observe(BASELINE, None, False, None)
+    g.observe(BASELINE, None)
     assert g.incumbent() is None
-    g.observe(TrialConfig(1, False, 8, 2048), 50.0, False, summary())
+    g.observe(TrialConfig(1, False, 8, 2048), Outcome(50.0, {"itl_p99_ms": 5.0}, summary()))
     assert g.incumbent() is None
     assert g.propose().incumbent is None
 
@@ -310,7 +320,7 @@ def test_searcher_asks_the_guide_after_the_baseline_and_stops_with_it(tmp_path: 
     assert seen[0] == (BASELINE, True)
     configs = [c for c, _ in seen]
     first = list(dict.fromkeys(configs))
-    # a config runs twice only as the searcher's repeat of a close race (values are the
+    # a config runs twice only as the searcher's repeat of a narrow lead (values are the
     # predictions, some a few per cent apart), never as the guide's pick
     assert all(len(s.readings(c)) == 2 for c in configs if configs.count(c) > 1)
     assert len(configs) - len(first) <= 2
@@ -323,7 +333,7 @@ def test_searcher_asks_the_guide_after_the_baseline_and_stops_with_it(tmp_path: 
 def test_a_reading_far_above_its_prediction_is_read_again_before_it_is_recommended(
         tmp_path: Path) -> None:
     # every config reads its prediction, except the guide's first pick, whose first reading
-    # is a lucky replay at twice its prediction: it leads by far, so no close race, yet one
+    # is a lucky replay at twice its prediction: it leads by far, so no narrow lead, yet one
     # reading that far above the model is not trusted
     policy = make_policy(budget={"trials": 6})
     g = make_guide(requests(), policy.space.configs(), policy)
@@ -409,14 +419,14 @@ def test_on_hardware_not_in_the_table_the_second_run_is_the_smallest_window(
     policy = make_policy(hardware={"gpu": gpu, "count": 8})
     g = make_guide(requests(), policy.space.configs(), policy)
     assert g.probe_windows is probes
-    g.observe(BASELINE, 2.0, True, summary())
+    g.observe(BASELINE, Outcome(2.0, {}, summary()))
     d = g.propose(exclude={BASELINE})
     assert d.config is not None
     at_one = [p.config for p in g.rank() if p.config.num_speculative_tokens == 1]
     if probes:
         assert d.config == at_one[0] and "profiling the drafter" in d.reason
         # once two windows are measured, the model ranks again
-        g.observe(d.config, 2.1, True, summary())
+        g.observe(d.config, Outcome(2.1, {}, summary()))
         assert "profiling" not in g.propose(exclude={BASELINE, d.config}).reason
     else:
         assert "profiling" not in d.reason
@@ -448,6 +458,7 @@ def test_the_gpu_kind_the_cluster_reports_replaces_unknown_hardware() -> None:
     facts = strategy.guide.predictor.facts
     assert facts.hardware.known and facts.hardware.kind == "H100"
     assert [o.config for o in strategy.guide.predictor.observations] == [BASELINE]
+    assert strategy.guide.incumbent() == 4.0  # the readings are kept too
     assert not strategy.guide.propose().reason.startswith("profiling the drafter")
     # Ray's names for the table's kinds are understood; a kind it lacks stays unknown
     assert "A100" in (strategy.use_hardware("A100-80G") or "")

@@ -5,7 +5,7 @@ the head's survival probabilities (the cumulative product of its per-position co
 shifted by the step's shift) of every (request, position) are ranked, and the budget keeps the
 prefix of that ranking that maximises expected emitted tokens (requests + the kept
 probabilities) per step second. :func:`step_verify_budget` is the rule of one engine step,
-:func:`block_verify_budgets` that of a block of steady steps (:mod:`._steady`).
+:func:`block_verify_budgets` that of a block of steady steps (:mod:`._decode_block`).
 
 Both run once per simulated step, so they are written for speed, with results identical bit
 for bit to the plain formulation (``argsort`` of the flattened survivals, ``cumprod`` of the

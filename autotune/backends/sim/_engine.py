@@ -16,11 +16,11 @@ One loop iteration is one engine step, scheduled the way vLLM's V1 scheduler doe
 
 Requests live in struct-of-array columns while running (:mod:`._batch`), so a step is a handful
 of numpy operations over the batch; waiting requests are small records in a deque. When the
-batch cannot change for a while, :mod:`._steady` advances many decode steps at once.
+batch cannot change for a while, :mod:`._decode_block` advances many decode steps at once.
 
 A replay runs tens of thousands of steps over batches of tens to hundreds of rows, where a
 numpy call's fixed cost outweighs its arithmetic. So the per-step code (here, in
-:mod:`._steady` and :mod:`._adaptive`) calls ufunc methods and C-level array methods
+:mod:`._decode_block` and :mod:`._adaptive`) calls ufunc methods and C-level array methods
 (``np.add.reduce``, ``np.logical_or.reduce``, ``a.cumsum()``, ``a.nonzero()``) instead of
 ``a.sum()`` / ``a.any()`` / ``np.cumsum``, whose Python-level wrappers cost as much again.
 """
@@ -35,9 +35,9 @@ import numpy as np
 import numpy.typing as npt
 
 from autotune.backends.sim._adaptive import accepted_prefix, step_verify_budget
+from autotune.backends.sim._decode_block import advance_steady_decode
 from autotune.backends.sim._source import Record
 from autotune.backends.sim._state import EmitObserver, EngineConfig, ReplayState
-from autotune.backends.sim._steady import advance_steady_decode
 from autotune.errors import BackendError
 from autotune.types import AcceptanceCounts, Measurement, Progress, ReplaySchedule, Request
 

@@ -4,7 +4,7 @@
 limits, KV cache). :class:`ReplayState` is what changes while a schedule is replayed: the
 running batch, the waiting queue, free KV blocks, the measured results and the counters that
 become the measurement. The event loop (:mod:`._engine`) and the multi-step decode fast path
-(:mod:`._steady`) both advance it.
+(:mod:`._decode_block`) both advance it.
 """
 
 from __future__ import annotations
