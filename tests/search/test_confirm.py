@@ -82,7 +82,7 @@ def test_a_narrow_lead_is_read_again_and_the_new_leader_too(tmp_path: Path) -> N
 def test_a_leader_that_keeps_its_lead_is_not_read_again(tmp_path: Path) -> None:
     # (1, 16) leads (3, 16) by 3.2% on one reading each and again on its second: the lead is
     # taken there, without a second reading of the runner-up (reading it again too, judged
-    # on bench/regret.py, moved no world's regret and cost vllm-cpu/eps002 two median runs)
+    # on python -m bench.regret, moved no world's regret and cost vllm-cpu/eps002 two median runs)
     first = {(1, 16): 3.1, (3, 16): 3.0, (1, 4): 1.0, (3, 4): 1.2}
     second = {(1, 16): 3.1, (3, 16): 3.3}
     s = open_search(policy(8), "r", "w", f"sqlite:///{tmp_path}/s.db")  # type: ignore[arg-type]
