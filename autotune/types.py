@@ -25,6 +25,7 @@ __all__ = [
     "SPECULATIVE_CONFIG_KEYS",
     "AcceptanceCounts",
     "AcceptanceCurve",
+    "CapacityHint",
     "FloatArray",
     "Measurement",
     "Progress",
@@ -90,6 +91,16 @@ class Request:
 
 
 @dataclass(frozen=True, slots=True)
+class CapacityHint:
+    """Where a strategy expects a config's capacity: ``scale`` (× the sample's own rate) and
+    the standard deviation of its log, ``log_sd``. The capacity reading may start there and
+    choose its rates by it instead of halving or doubling from 1×."""
+
+    scale: float
+    log_sd: float
+
+
+@dataclass(frozen=True, slots=True)
 class ReplaySchedule:
     """What a replica replays: requests in arrival order plus how to pace them.
 
@@ -101,7 +112,8 @@ class ReplaySchedule:
     ``capacity_slo`` (trace mode only) asks the trial runner for the *capacity* reading of the
     trial: replay the trace at several rates (``time_scale``) on the same replica and keep the
     highest rate whose p99 TTFT and p99 ITL meet this SLO (DistServe's goodput). Without it the
-    trace is replayed once, at ``time_scale``.
+    trace is replayed once, at ``time_scale``. ``capacity_hint``: where the strategy that chose
+    the config expects its capacity (None: no expectation).
     """
 
     requests: Iterable[Request]
@@ -112,6 +124,7 @@ class ReplaySchedule:
     seed: int = 0
     label: str = ""
     capacity_slo: Slo | None = None
+    capacity_hint: CapacityHint | None = None
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -233,7 +246,9 @@ class Measurement:
     ``itl_s`` pools inter-token gaps (one per decode step that emitted tokens, as vLLM's
     ``inter_token_latency`` histogram does); a backend may subsample it uniformly when huge.
     ``duration_s`` is the measured window (first measured arrival to last measured completion),
-    in the replica's clock (simulated seconds for the simulator).
+    in the replica's clock (simulated seconds for the simulator). ``busy_s`` is what the replay
+    cost the replica: from the first request sent (warm-up included) to the last completion, in
+    the same clock — on real hardware, replica time spent (NaN: the backend did not say).
     """
 
     ttft_s: FloatArray
@@ -247,6 +262,7 @@ class Measurement:
     acceptance: AcceptanceCounts | None = None
     errors: tuple[str, ...] = ()
     extra: Mapping[str, float] = field(default_factory=dict)
+    busy_s: float = math.nan
 
     @property
     def requests(self) -> int:

@@ -68,6 +68,8 @@ def _submit(options: TuneOptions, store: Store, run_id: str, w: WorkloadSearch,
                                       slo=policy.objective.slo.slo())
     if any(r.arrival_s is None for r in w.requests):
         schedule = replace(schedule, mode="closed")  # no arrival times
+    if s.capacity_hint is not None:
+        schedule = replace(schedule, capacity_hint=s.capacity_hint)
     pool.submit(TrialTask((w.name, s.number), s.config, schedule))
 
 

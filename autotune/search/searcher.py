@@ -33,7 +33,7 @@ from autotune.errors import SearchError
 from autotune.objective import Outcome, Standard, Standing, close_call, rank_measured
 from autotune.search.strategy import Strategy, StrategySetup, create_strategy
 from autotune.search.study import TrialStudy, study_name
-from autotune.types import KNOB_NAMES, Measurement, Request, Slo, TrialConfig
+from autotune.types import KNOB_NAMES, CapacityHint, Measurement, Request, Slo, TrialConfig
 
 if TYPE_CHECKING:
     from autotune.policy import Policy
@@ -60,6 +60,8 @@ class Suggestion:
     is_incumbent: bool = False
     is_repeat: bool = False  # a second reading of a close call, a narrow lead or a surprise
     why: str = ""  # why a repeat is read again
+    #: where the strategy expects the config's capacity (its proposal's hint; None: none)
+    capacity_hint: CapacityHint | None = None
 
 
 @dataclass(frozen=True)
@@ -149,7 +151,8 @@ class Searcher:
             raise SearchError(f"strategy {self.strategy.kind!r} proposed {config}, which is "
                               "measured, running or outside the space")
         trial = proposal.study_trial
-        return self._issue(config, trial if trial is not None else self.study.ask_for(config))
+        return self._issue(config, trial if trial is not None else self.study.ask_for(config),
+                           capacity_hint=proposal.capacity_hint)
 
     def tell(self, suggestion: Suggestion, outcome: Outcome | None,
              measurement: Measurement | None = None) -> None:
@@ -214,9 +217,10 @@ class Searcher:
 
     def _issue(self, config: TrialConfig, study_trial: int | None, *,
                is_baseline: bool = False, is_incumbent: bool = False,
-               is_repeat: bool = False, why: str = "") -> Suggestion:
+               is_repeat: bool = False, why: str = "",
+               capacity_hint: CapacityHint | None = None) -> Suggestion:
         s = Suggestion(self._next_number, config, study_trial, is_baseline, is_incumbent,
-                       is_repeat, why)
+                       is_repeat, why, capacity_hint)
         self._next_number += 1
         self._pending[s.number] = s
         return s

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from autotune.errors import SearchError
 from autotune.objective import Outcome
-from autotune.types import Measurement, Request, TrialConfig
+from autotune.types import CapacityHint, Measurement, Request, TrialConfig
 
 if TYPE_CHECKING:
     from autotune.acceptance import HeadCalibration
@@ -56,6 +56,9 @@ class Proposal:
     config: TrialConfig | None
     reason: str = ""
     study_trial: int | None = None
+    #: where the strategy expects the config's capacity (None: no expectation); the trial's
+    #: capacity reading may start there
+    capacity_hint: CapacityHint | None = None
 
 
 @dataclass(frozen=True)

@@ -154,6 +154,16 @@ class BackendConformance:
         assert np.all(np.isfinite(m.itl_s)) and np.all(m.itl_s >= 0)
         assert m.duration_s >= float(m.e2e_s.max()) - 1e-9
 
+    def test_busy_time_spans_warmup_and_the_measured_window(self, started: Replica) -> None:
+        """``busy_s`` counts the whole replay a real replica pays for: the warm-up requests
+        before the measured window and the window itself."""
+        sched = self.schedule("trace")
+        m = started.replay(sched)
+        assert np.isfinite(m.busy_s)
+        assert m.busy_s >= m.duration_s - 1e-9
+        # the warm-up requests arrive 0.05 s apart before the first measured one
+        assert m.busy_s >= m.duration_s + 0.05 * self.warmup - 1e-6
+
     def test_trace_mode_honours_arrivals(self, started: Replica) -> None:
         sched = self.schedule("trace")
         m = started.replay(sched)

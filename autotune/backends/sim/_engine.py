@@ -68,11 +68,16 @@ class _Replay(ReplayState):
         super().__init__(cfg, schedule, on_emit)
         self.progress = progress
         self.total = _total(schedule.requests)
+        #: the first request's arrival (warm-up included): the replica is busy from then on
+        self.first_sent = math.inf
+        #: the replica clock when the replay ended (its last completion)
+        self.end = 0.0
 
     # -- intake ------------------------------------------------------------------------------
     def _admit_record(self, r: Record | None) -> bool:
         if r is None:
             return False
+        self.first_sent = min(self.first_sent, r.arrival)
         if r.measured:
             self.results.first_arrival = min(self.results.first_arrival, r.arrival)
         if r.prompt + r.out > self.cfg.max_model_len:
@@ -127,6 +132,7 @@ class _Replay(ReplayState):
                     self.progress(self.finished, self.total)
         if self.progress is not None:
             self.progress(self.finished, self.total if self.total is not None else self.finished)
+        self.end = now
         return self._measurement(time.perf_counter() - wall0)
 
     def _step(self, now: float) -> float:
@@ -339,4 +345,5 @@ class _Replay(ReplayState):
             acceptance=acceptance,
             errors=errors,
             extra=extra,
+            busy_s=max(self.end - self.first_sent, 0.0) if math.isfinite(self.first_sent) else 0.0,
         )

@@ -272,6 +272,7 @@ def build_measurement(results: Sequence[RequestResult], warmup: int, wall_time_s
     else:
         duration = 0.0
     gaps = [g for r in measured for g in r.gaps]
+    busy = (max(r.done_s for r in results) - min(r.sent_s for r in results)) if results else 0.0
     return Measurement(
         ttft_s=np.array([r.ttft_s for r in measured], dtype=f64),
         tpot_s=np.array([r.tpot_s for r in measured], dtype=f64),
@@ -284,4 +285,5 @@ def build_measurement(results: Sequence[RequestResult], warmup: int, wall_time_s
         acceptance=acceptance,
         errors=tuple(f"{msg} (x{n})" if n > 1 else msg for msg, n in errors.most_common(20)),
         extra=dict(extra or {}),
+        busy_s=float(busy),
     )
