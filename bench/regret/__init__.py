@@ -21,7 +21,9 @@ The parts, each a module:
   real-engine oracle;
 - :mod:`~bench.regret.methods`: guided, tpe, random, grid and what a run recommends;
 - :mod:`~bench.regret.unit`: one (world, workload) scored; :mod:`~bench.regret.report`: the
-  summary, the targets and the JSON; :mod:`~bench.regret.run`: the command line;
+  summary, the targets and the JSON; :mod:`~bench.regret.records`: the typed records the parts
+  hand one another, in the results files' JSON shapes, and the one reader of those files;
+  :mod:`~bench.regret.run`: the command line;
 - :mod:`~bench.regret.merge` and :mod:`~bench.regret.table`: merge result files, print a
   result's per-world table as Markdown.
 

@@ -36,12 +36,14 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from bench.engine import oracle as engine_oracle
 from bench.engine.pairs import build
 from bench.regret.oracle import Table, held_out
 from bench.regret.reading import Reading, ReadingCache
+from bench.regret.records import Json
 from bench.regret.settings import BUDGET, FRESH_BASE, Settings
 from bench.regret.workloads import Workload
 from bench.regret.worlds import World
@@ -143,10 +145,10 @@ class EngineReader:
         return Reading(out.value, out.feasible, dict(out.constraints), summary)
 
 
-def _scalars_and_counters(summary: dict[str, Any]) -> dict[str, Any]:
+def _scalars_and_counters(summary: Mapping[str, Json]) -> dict[str, Json]:
     """What a trial's search sees of a summary: its scalars and the ``/metrics`` acceptance
     counters (``acceptance``: drafts, accepted per position), as autotune's own trials keep."""
-    out = {k: v for k, v in summary.items() if not isinstance(v, dict | list)}
+    out: dict[str, Json] = {k: v for k, v in summary.items() if not isinstance(v, dict | list)}
     if isinstance(summary.get("acceptance"), dict):
         out["acceptance"] = summary["acceptance"]
     return out

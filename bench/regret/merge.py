@@ -22,32 +22,34 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
 
-from bench.regret.report import Detail, checks, result
+from bench.regret.records import Detail, DetailFile, Provenance, Units, read_results
+from bench.regret.report import checks, result
 
 TOLERANCE = 1e-12
 
 
-def merge(files: list[Path], drop: set[str]) -> tuple[dict[str, list[Detail]],
-                                                     dict[str, dict[str, str]], dict[str, int]]:
+def merge(files: list[Path], drop: set[str]) -> tuple[Units, dict[str, dict[str, str]],
+                                                     dict[str, int]]:
     """Units by world, the file each world's method rows came from, and seeds per world."""
-    units: dict[str, dict[str, dict[str, Any]]] = {}
+    units: dict[str, dict[str, Detail]] = {}
     source: dict[str, dict[str, str]] = {}
     seeds: dict[str, int] = {}
     for path in files:
-        detail = json.loads(path.read_text())
+        res, details = read_results(path)
+        if details is None:
+            raise SystemExit(f"{path}: keeps no units' details: merge --detail files")
         # a merged file passes on where its rows came from, not its own name
-        earlier = detail["result"].get("provenance", {}).get("merged_from", {})
-        for world, rows in detail["units"].items():
-            if world in drop:
+        earlier = res["provenance"]["merged_from"] if "provenance" in res else {}
+        for world, rows in details.items():
+            if world in drop or world not in res["worlds"]:
                 continue
-            seeds[world] = detail["result"]["worlds"][world]["seeds"]
+            seeds[world] = res["worlds"][world]["seeds"]
             for unit in rows:
                 have = units.setdefault(world, {}).get(unit["workload"])
                 if have is None:
-                    units[world][unit["workload"]] = {**unit, "runs": dict(unit["runs"])}
-                    have = units[world][unit["workload"]]
+                    have = units[world][unit["workload"]] = unit.copy()
+                    have["runs"] = dict(unit["runs"])
                 elif (have["oracle"] != unit["oracle"]
                       or abs(have["oracle_value"] - unit["oracle_value"]) > TOLERANCE):
                     raise SystemExit(
@@ -79,8 +81,12 @@ def main(argv: list[str] | None = None) -> int:
     by_world, source, seeds = merge(args.files, set(args.drop))
     order = list(dict.fromkeys(u["workload"] for rows in by_world.values() for u in rows))
     out = result(by_world, order, seeds)
-    out["provenance"] = {"merged_from": source, **({"note": args.note} if args.note else {})}
-    args.out.write_text(json.dumps({"result": out, "units": by_world}, indent=1, default=str))
+    provenance: Provenance = {"merged_from": source}
+    if args.note:
+        provenance["note"] = args.note
+    out["provenance"] = provenance
+    merged: DetailFile = {"result": out, "units": by_world}
+    args.out.write_text(json.dumps(merged, indent=1, default=str))
     for name, details in by_world.items():
         for line in checks(name, out["worlds"][name], details):
             print(line)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from bench.regret.oracle import Table
 from bench.regret.reader import Reader
 from bench.regret.reading import Reading
+from bench.regret.records import Race
 from bench.regret.settings import FRESH_BASE
 
 if TYPE_CHECKING:
@@ -58,7 +59,7 @@ def recommended(trials: Trials) -> TrialConfig | None:
     return best.config if best is not None else None
 
 
-def race(trials: Trials) -> dict[str, bool | float | None]:
+def race(trials: Trials) -> Race:
     """Whether the recommendation of ``trials`` says it is a close race with its runner-up
     (autotune/recommend/runner_up.py). The readings here keep no requests, so the noise is
     the repeats' alone: a run that read nothing twice never says it."""

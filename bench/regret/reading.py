@@ -9,7 +9,8 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from bench.regret.records import Json
 
 
 @dataclass(frozen=True)
@@ -21,7 +22,7 @@ class Reading:
     value: float
     feasible: bool
     constraints: dict[str, float]
-    summary: dict[str, Any]
+    summary: dict[str, Json]
 
 
 class ReadingCache:
@@ -33,7 +34,7 @@ class ReadingCache:
         self.readings: dict[str, Reading] = {}
         if path and Path(path).exists():
             for line in Path(path).read_text().splitlines():
-                row = json.loads(line)
+                row = json.loads(line)  # a line this class wrote (below)
                 if row["key"].startswith(prefix + "|"):
                     self.readings[row["key"]] = Reading(row["value"], row["feasible"],
                                                         row["constraints"], row["summary"])

@@ -2,10 +2,10 @@
 regret, median runs, regret at 6 runs and runs to 2% (:func:`summarize`, :func:`result`: the
 JSON), and the issue's targets checked line by line (:func:`checks`).
 
-A unit's detail (what ``--detail`` keeps per (world, workload)) is a JSON mapping: its ``slo``,
-``oracle``, ``oracle_value``, ``default_regret``, ``default_meets_slo`` and ``runs``, one row per
-method and seed (``regret``, ``runs``, ``regret_se``, ``regret_at_6``, ``to_2pct``, ``chosen``,
-``close_race``, ...).
+A unit's detail (what ``--detail`` keeps per (world, workload)) is a
+:class:`bench.regret.records.Detail`: its ``slo``, ``oracle``, ``oracle_value``,
+``default_regret``, ``default_meets_slo`` and ``runs``, one row per method and seed
+(:class:`~bench.regret.records.RunRow`).
 """
 
 from __future__ import annotations
@@ -13,55 +13,52 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from typing import Any
 
+from bench.regret.records import Detail, MethodSummary, Result, Summary
 from bench.regret.settings import METHODS, SAID_LOSS
-
-#: One unit's detail, as ``--detail`` writes it (JSON).
-Detail = dict[str, Any]
 
 
 def median(xs: Sequence[float]) -> float:
     return float(statistics.median(xs))
 
 
-def summarize(units: Sequence[Detail], seeds: int) -> dict[str, Any]:
-    """The issue's shape over a set of (world, workload) details."""
-    def pooled(method: str, key: str) -> list[float]:
-        return [row[key] for u in units for row in u["runs"][method]]
-
-    methods: dict[str, Any] = {}
+def summarize(units: Sequence[Detail], seeds: int) -> Summary:
+    """The issue's shape over a set of (world, workload) details (at least one)."""
+    methods: dict[str, MethodSummary] = {}
     for m in (m for m in METHODS if m in units[0]["runs"]):
-        methods[m] = {"median_regret": round(median(pooled(m, "regret")), 4),
-                      "max_regret": round(max(pooled(m, "regret")), 4),
-                      "median_runs": median(pooled(m, "runs")),
-                      "regret_at_6": round(median(pooled(m, "regret_at_6")), 4)}
-        worst = max((row for u in units for row in u["runs"][m]), key=lambda r: r["regret"])
-        methods[m]["max_regret_se"] = worst.get("regret_se")
+        rows = [row for u in units for row in u["runs"][m]]
+        regrets = [row["regret"] for row in rows]
+        summary: MethodSummary = {
+            "median_regret": round(median(regrets), 4), "max_regret": round(max(regrets), 4),
+            "median_runs": median([row["runs"] for row in rows]),
+            "regret_at_6": round(median([row["regret_at_6"] for row in rows]), 4)}
+        summary["max_regret_se"] = max(rows, key=lambda r: r["regret"]).get("regret_se")
         if m in ("guided", "tpe", "random"):
-            to2 = median(pooled(m, "to_2pct"))
-            methods[m]["median_runs_to_2pct"] = to2 if math.isfinite(to2) else None
+            to2 = median([row["to_2pct"] for row in rows])
+            summary["median_runs_to_2pct"] = to2 if math.isfinite(to2) else None
         if m == "guided":
-            methods[m].update(_said_close(units))
+            summary["losses_said_close"], summary["others_said_close"] = _said_close(units)
+        methods[m] = summary
     methods["default"] = {"median_regret": round(median([u["default_regret"]
                                                          for u in units]), 4)}
     return {"workloads": sorted({u["workload"] for u in units}), "seeds": seeds,
             "methods": methods}
 
 
-def _said_close(units: Sequence[Detail]) -> dict[str, Any]:
+def _said_close(units: Sequence[Detail]) -> tuple[float | None, float | None]:
     """How often guided's recommendation says it is a close race: among its runs that lost
     more than :data:`SAID_LOSS` (a loss it should own up to) and among the others (a close race
     said where nothing was lost costs trust, not regret). None: no such run, or rows recorded
     before the race was."""
-    rows = [row for u in units for row in u["runs"]["guided"] if "close_race" in row]
-    lost = [row["close_race"] for row in rows if row["regret"] > SAID_LOSS]
-    kept = [row["close_race"] for row in rows if row["regret"] <= SAID_LOSS]
-    return {"losses_said_close": round(sum(lost) / len(lost), 4) if lost else None,
-            "others_said_close": round(sum(kept) / len(kept), 4) if kept else None}
+    rows = [(row["regret"], row["close_race"]) for u in units for row in u["runs"]["guided"]
+            if "close_race" in row]
+    lost = [said for regret, said in rows if regret > SAID_LOSS]
+    kept = [said for regret, said in rows if regret <= SAID_LOSS]
+    return (round(sum(lost) / len(lost), 4) if lost else None,
+            round(sum(kept) / len(kept), 4) if kept else None)
 
 
-def checks(name: str, res: Mapping[str, Any], units: Sequence[Detail]) -> list[str]:
+def checks(name: str, res: Summary, units: Sequence[Detail]) -> list[str]:
     """The issue's targets for one world (or the summary), one line each."""
     if not {"guided", "tpe"} <= res["methods"].keys():
         return [f"{name}: (the targets compare guided with tpe; run both)"]
@@ -90,16 +87,15 @@ def checks(name: str, res: Mapping[str, Any], units: Sequence[Detail]) -> list[s
 
 
 def result(by_world: Mapping[str, list[Detail]], order: Sequence[str],
-           seeds: Mapping[str, int]) -> dict[str, Any]:
-    """The JSON over the (world, workload) units finished: per world and over all
-    (``seeds``: per world; the summary gives the fewest)."""
-    out: dict[str, Any] = {"worlds": {}, "summary": {}}
+           seeds: Mapping[str, int]) -> Result:
+    """The JSON over the (world, workload) units finished, at least one: per world and over
+    all (``seeds``: per world; the summary gives the fewest)."""
+    worlds: dict[str, Summary] = {}
     for name, details in by_world.items():
         if details:
             details.sort(key=lambda u: (order.index(u["workload"]) if u["workload"] in order
                                         else len(order), u["workload"]))
-            out["worlds"][name] = summarize(details, seeds[name])
+            worlds[name] = summarize(details, seeds[name])
     every = [u for details in by_world.values() for u in details]
-    out["summary"] = (summarize(every, min(seeds[n] for n, d in by_world.items() if d))
-                      if every else {})
-    return out
+    return {"worlds": worlds,
+            "summary": summarize(every, min(seeds[n] for n, d in by_world.items() if d))}

@@ -9,11 +9,11 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import bench.regret
 from bench.paths import shared_data
-from bench.regret.report import Detail, checks, result
+from bench.regret.records import Detail, DetailFile
+from bench.regret.report import checks, result
 from bench.regret.settings import FULL_SPACE, METHODS, SMALL_SPACE, Settings
 from bench.regret.sim_reader import sim_fingerprint
 from bench.regret.unit import map_units
@@ -99,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     units: list[tuple[World, Workload | None]] = [
         (w, wl) for wl in wls for w in worlds]  # every world's first workload first
     units += [(w, None) for w in engines]
+    if not units:
+        p.error("no (world, workload) to score: --worlds and --workloads match none "
+                "(python -m bench.regret.worlds lists the worlds; engine worlds need --engine)")
     by_world: dict[str, list[Detail]] = {w.name: [] for w in [*worlds, *engines]}
     seeds = {**{w.name: args.seeds for w in worlds},
              **{w.name: args.engine_seeds for w in engines}}
@@ -108,15 +111,15 @@ def main(argv: list[str] | None = None) -> int:
             log(line)
         log(f"  ({res.measured} readings measured, {res.seconds:.0f} s)")
         measured += res.measured
-        by_world[res.world].append({**res.detail, "workload": res.workload})
+        by_world[res.world].append(res.detail)
         if not (args.out or args.detail):
             continue
         partial = result(by_world, [wl.name for wl in wls], seeds)
         if args.out:
             args.out.write_text(json.dumps({**partial, "complete": done == len(units)}) + "\n")
         if args.detail:  # after each unit too: a run stopped early keeps what it finished
-            detail: dict[str, Any] = {"result": partial, "units": by_world,
-                                      "complete": done == len(units)}
+            detail: DetailFile = {"result": partial, "units": by_world,
+                                  "complete": done == len(units)}
             args.detail.write_text(json.dumps(detail, indent=1, default=str))
     out = result(by_world, [wl.name for wl in wls], seeds)
     every = [u for details in by_world.values() for u in details]

@@ -10,15 +10,17 @@ workloads' SLOs were written for is held to them in its own time (:func:`dilatio
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench.regret.oracle import Table, build_table
 from bench.regret.reading import Reading, ReadingCache
+from bench.regret.records import Json
 from bench.regret.settings import BUDGET, LONG_RUN, SMALL_SPACE, Settings, Space
 from bench.regret.workloads import Workload
-from bench.regret.worlds import World, sim_worlds
+from bench.regret.worlds import ServeKeys, World, WorldKeys, sim_worlds
 
 if TYPE_CHECKING:
     from autotune.policy import Policy
@@ -30,23 +32,23 @@ LOCAL_PAIR = "local/spec-pair-"
 SLO_REFERENCE = "kimi-k2.6@8xH200-tp8/dspark"
 
 
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+def _merge(base: dict[str, Any], over: Mapping[str, object]) -> dict[str, Any]:
+    """``over``'s keys set over the policy document ``base``, section by section."""
     out = dict(base)
     for k, v in over.items():
-        out[k] = _merge(base[k], v) if isinstance(v, dict) and isinstance(base.get(k),
-                                                                           dict) else v
+        under = base.get(k)
+        out[k] = _merge(under, v) if isinstance(v, Mapping) and isinstance(under, dict) else v
     return out
 
 
-def _local_pair(serve: dict[str, Any]) -> dict[str, Any]:
+def _local_pair(serve: ServeKeys) -> ServeKeys:
     """``serve`` with a local spec pair's name replaced by the built pair's folders
     (bench/engine/pairs.py), so the guided strategy reads the model's config.json."""
-    model = str(serve.get("model", ""))
-    if not model.startswith(LOCAL_PAIR):
+    if not serve["model"].startswith(LOCAL_PAIR):
         return serve
     from bench.engine.pairs import build
 
-    pair = build(model.removeprefix(LOCAL_PAIR))
+    pair = build(serve["model"].removeprefix(LOCAL_PAIR))
     return {**serve, "model": str(pair.target), "draft_model": str(pair.draft)}
 
 
@@ -55,7 +57,10 @@ def bench_policy(world: World, wl: Workload, strategy: str, budget: int,
     """The default policy in ``world`` (its serve, hardware and sim keys) for ``wl``."""
     from autotune.policy import load_policy, policy_from_mapping
 
-    world_keys = {**world.policy, "serve": _local_pair(world.policy["serve"])}
+    if world.policy is None:
+        raise ValueError(f"{world.name}: not a simulated world (it has no policy keys)")
+    world_keys: WorldKeys = {**world.policy, "serve": _local_pair(world.policy["serve"])}
+    # the policy document pydantic validates: the default policy with the world's keys
     data = _merge(load_policy().model_dump(mode="json"), world_keys)
     allowed = world.policy.get("space", {})
     data["space"] = {k: [v for v in vs if v in allowed.get(k, vs)] for k, vs in space.items()}
@@ -177,6 +182,7 @@ class SimReader:
         finally:
             replica.stop()
         out = score_measurement(m, self.policy.objective.maximize, slo)
-        summary = {k: v for k, v in out.summary.items() if k != "per_position_acceptance"}
+        summary: dict[str, Json] = {k: v for k, v in out.summary.items()
+                                    if k != "per_position_acceptance"}
         summary.update(decode_stats(m))
         return Reading(out.value, out.feasible, dict(out.constraints), summary)

@@ -10,12 +10,11 @@ details in the file (``--detail``, merge), the last column says which of the tar
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
-from bench.regret.report import Detail, checks
+from bench.regret.records import Detail, MethodSummary, Result, Summary, read_results
+from bench.regret.report import checks
 
 HEADER = ("| world | guided median / worst | guided median runs | guided at 6 runs | "
           "TPE at 6 runs | TPE median / worst | random median / worst | grid median / worst | "
@@ -27,13 +26,13 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:.2%}"
 
 
-def _pair(methods: Mapping[str, Any], m: str) -> str:
+def _pair(methods: Mapping[str, MethodSummary], m: str) -> str:
     if m not in methods:
         return "-"
-    return f"{_pct(methods[m]['median_regret'])} / {_pct(methods[m]['max_regret'])}"
+    return f"{_pct(methods[m]['median_regret'])} / {_pct(methods[m].get('max_regret'))}"
 
 
-def missed(name: str, summary: Mapping[str, Any], units: Sequence[Detail]) -> str:
+def missed(name: str, summary: Summary, units: Sequence[Detail]) -> str:
     """The targets a row misses, "all met" when none: the FAIL clauses of :func:`checks`."""
     clauses = [c.strip() for line in checks(name, summary, units)
                for c in line.removeprefix(f"{name}:").split(";")]
@@ -41,7 +40,7 @@ def missed(name: str, summary: Mapping[str, Any], units: Sequence[Detail]) -> st
     return "all met" if not failed else "misses: " + "; ".join(failed)
 
 
-def row(name: str, summary: Mapping[str, Any], units: Sequence[Detail] | None = None) -> str:
+def row(name: str, summary: Summary, units: Sequence[Detail] | None = None) -> str:
     """One world's (or the summary's) row of :data:`HEADER` (with ``units``, and the targets
     column)."""
     ms = summary["methods"]
@@ -57,8 +56,7 @@ def row(name: str, summary: Mapping[str, Any], units: Sequence[Detail] | None = 
     return "| " + " | ".join(cells) + " |"
 
 
-def markdown(res: Mapping[str, Any],
-             units: Mapping[str, Sequence[Detail]] | None = None) -> str:
+def markdown(res: Result, units: Mapping[str, Sequence[Detail]] | None = None) -> str:
     """The table of a result (``{"worlds": ..., "summary": ...}``); with ``units`` (per world,
     its units' details), a targets column."""
     worlds = res["worlds"]
@@ -77,8 +75,7 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__.split("\n\n", 1)[0].replace("\n", " "))
     parser.add_argument("file", type=Path, help="a regret results file (JSON)")
     args = parser.parse_args(argv)
-    data = json.loads(args.file.read_text(encoding="utf-8"))
-    print(markdown(data.get("result", data), data.get("units")))
+    print(markdown(*read_results(args.file)))
     return 0
 
 

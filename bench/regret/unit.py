@@ -8,12 +8,12 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from bench.regret.engine_reader import EngineReader
 from bench.regret.methods import race, recommended, run_grid, run_searcher, runs_to
 from bench.regret.oracle import Table
 from bench.regret.reader import Reader
+from bench.regret.records import Detail, RunRow
 from bench.regret.report import median
 from bench.regret.settings import BUDGET, EQUAL_BUDGET, Settings
 from bench.regret.sim_reader import SimReader
@@ -28,7 +28,7 @@ class UnitResult:
 
     world: str
     workload: str
-    detail: dict[str, Any]
+    detail: Detail
     seconds: float
     measured: int
     lines: list[str]
@@ -58,17 +58,19 @@ def score_methods(reader: Reader, seeds: int, methods: Sequence[str], t0: float)
                     for c in tables[0].readings})  # every reading once
     best_c, best_v = pooled.oracle()
     default = reader.policy.baseline.config()
-    detail: dict[str, Any] = {
+    runs: dict[str, list[RunRow]] = {}
+    detail: Detail = {
         "slo": {"ttft_p99_ms": wl.slo[0], "itl_p99_ms": wl.slo[1],
                 "dilation": list(reader.dilation)},
         "oracle": best_c.short(), "oracle_value": best_v,
         "oracle_feasible": pooled.mostly_feasible(best_c),
         "default_regret": median([t.regret(default) for t in tables]),
-        "default_meets_slo": pooled.mostly_feasible(default), "runs": {}}
+        "default_meets_slo": pooled.mostly_feasible(default), "runs": runs,
+        "workload": wl.name}
     lines = [f"{world.name} {wl.name}: oracle {best_c.short()} = {best_v:.3f}; default regret "
              f"{detail['default_regret']:.2%} (meets SLO: {detail['default_meets_slo']})"]
     for method in methods:
-        rows: list[dict[str, Any]] = []
+        rows: list[RunRow] = []
         for seed, table in enumerate(tables):
             if method == "grid":
                 run = run_grid(reader, seed)
@@ -80,27 +82,27 @@ def score_methods(reader: Reader, seeds: int, methods: Sequence[str], t0: float)
                 at6 = run_searcher(reader, method, seed, EQUAL_BUDGET).trials
             chosen = recommended(head)
             se = table.regret_se(chosen)
-            row = {"regret": table.regret(chosen), "runs": len(head),
-                   "regret_se": round(se, 4) if se is not None else None,
-                   "regret_at_6": table.regret(recommended(at6)),
-                   "to_2pct": runs_to(table, run.trials, 0.02),
-                   "chosen": chosen.short() if chosen else None,
-                   "stop": run.stop_reason,
-                   "trials": [c.short() for c, _ in head], **race(head)}
+            row: RunRow = {"regret": table.regret(chosen), "runs": len(head),
+                           "regret_se": round(se, 4) if se is not None else None,
+                           "regret_at_6": table.regret(recommended(at6)),
+                           "to_2pct": runs_to(table, run.trials, 0.02),
+                           "chosen": chosen.short() if chosen else None,
+                           "stop": run.stop_reason,
+                           "trials": [c.short() for c, _ in head], **race(head)}
             if any(t is not tables[0] for t in tables):  # the seed's own oracle and default
                 oracle_c, oracle_v = table.oracle()
-                row.update(oracle=oracle_c.short(), oracle_value=oracle_v,
-                           default_regret=table.regret(default),
-                           default_meets_slo=table.mostly_feasible(default))
+                row.update({"oracle": oracle_c.short(), "oracle_value": oracle_v,
+                            "default_regret": table.regret(default),
+                            "default_meets_slo": table.mostly_feasible(default)})
             rows.append(row)
-        detail["runs"][method] = rows
+        runs[method] = rows
         lines.append(f"  {method:7s} regret median {median([r['regret'] for r in rows]):.2%} "
                      f"max {max(r['regret'] for r in rows):.2%} at6 "
                      f"{median([r['regret_at_6'] for r in rows]):.2%} runs "
                      f"{median([r['runs'] for r in rows]):.0f} to2% "
                      f"{[r['to_2pct'] for r in rows]}")
-    if "guided" in detail["runs"]:
-        g = detail["runs"]["guided"][0]
+    if "guided" in runs:
+        g = runs["guided"][0]
         lines.append(f"  guided seed 0 ran {g['trials']} -> {g['chosen']} ({g['stop']})")
     return UnitResult(world.name, wl.name, detail, time.perf_counter() - t0, reader.measured,
                       lines, seeds)

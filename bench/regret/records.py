@@ -1,0 +1,141 @@
+"""The records the regret benchmark's parts hand one another, in the JSON shapes its results files
+keep: a method's run on one seed (:class:`RunRow`), a (world, workload) scored (:class:`Detail`),
+a method's summary over units (:class:`MethodSummary`), a world's (:class:`Summary`), the result
+over every world (:class:`Result`), and the files that hold them. :func:`read_results` is the one
+place a results file's JSON is read and checked; everything past it is typed.
+
+A reading's summary stays a JSON object (:data:`Json`): it is autotune's measurement summary,
+whose keys the search reads, and the cache keeps it as written.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import NotRequired, TypeAlias, TypedDict, cast
+
+#: A JSON value, as ``json.loads`` returns it.
+Json: TypeAlias = "bool | int | float | str | list[Json] | dict[str, Json] | None"
+
+
+class SloRecord(TypedDict):
+    """The SLO a unit was held to, as replayed in its world (``dilation``: the factors the
+    workload's p99 TTFT and ITL bounds and its arrival times were scaled by)."""
+
+    ttft_p99_ms: float
+    itl_p99_ms: float
+    dilation: list[float]
+
+
+class Race(TypedDict):
+    """Whether a run's recommendation says it is a close race with its runner-up, and its lead
+    (None: no runner-up)."""
+
+    close_race: bool
+    lead: float | None
+
+
+class RunRow(TypedDict):
+    """One method's run on one seed, scored against that seed's oracle. ``to_2pct`` is inf when
+    the run never came within 2%. A real-engine world's row carries its seed's own oracle and
+    default (each seed has its own held-out oracle there). Rows recorded before the close race
+    was lack ``close_race`` and ``lead``."""
+
+    regret: float
+    runs: int
+    regret_se: float | None
+    regret_at_6: float
+    to_2pct: float
+    chosen: str | None
+    stop: str
+    trials: list[str]
+    close_race: NotRequired[bool]
+    lead: NotRequired[float | None]
+    oracle: NotRequired[str]
+    oracle_value: NotRequired[float]
+    default_regret: NotRequired[float]
+    default_meets_slo: NotRequired[bool]
+
+
+class Detail(TypedDict):
+    """One (world, workload) scored: its SLO, its oracle, the default's regret, every method's
+    rows by method (one per seed)."""
+
+    slo: SloRecord
+    oracle: str
+    oracle_value: float
+    oracle_feasible: bool
+    default_regret: float
+    default_meets_slo: bool
+    runs: dict[str, list[RunRow]]
+    workload: str
+
+
+class MethodSummary(TypedDict):
+    """A method over a set of units (the seed default: ``median_regret`` alone). Runs to 2% for
+    the methods that run on (None: not reached in half the runs); the share of runs said close
+    for guided."""
+
+    median_regret: float
+    max_regret: NotRequired[float]
+    median_runs: NotRequired[float]
+    regret_at_6: NotRequired[float]
+    max_regret_se: NotRequired[float | None]
+    median_runs_to_2pct: NotRequired[float | None]
+    losses_said_close: NotRequired[float | None]
+    others_said_close: NotRequired[float | None]
+
+
+class Summary(TypedDict):
+    """A world's (or every world's) summary: its workloads, seeds and methods."""
+
+    workloads: list[str]
+    seeds: int
+    methods: dict[str, MethodSummary]
+
+
+class Provenance(TypedDict):
+    """Where a merged result's rows came from: per world and method, the file."""
+
+    merged_from: dict[str, dict[str, str]]
+    note: NotRequired[str]
+
+
+class Result(TypedDict):
+    """The result over the units finished: per world and over all of them."""
+
+    worlds: dict[str, Summary]
+    summary: Summary
+    provenance: NotRequired[Provenance]
+
+
+#: Per world, its units' details.
+Units: TypeAlias = "dict[str, list[Detail]]"
+
+
+class DetailFile(TypedDict):
+    """``--detail``'s file and ``python -m bench.regret.merge``'s: the result and its units
+    (``complete``: every unit asked for finished; a merge leaves it out)."""
+
+    result: Result
+    units: Units
+    complete: NotRequired[bool]
+
+
+def read_results(path: Path) -> tuple[Result, Units | None]:
+    """A results file (``--out``'s, ``--detail``'s or a merge's): its result and, when the file
+    keeps them, its units' details. An error naming the file when it is not one."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"{path}: cannot read a regret results file: {e}") from e
+    if not isinstance(data, dict):
+        raise SystemExit(f"{path}: not a regret results file (a JSON object is expected)")
+    result, units = data.get("result", data), data.get("units")
+    if not (isinstance(result, dict) and isinstance(result.get("worlds"), dict)
+            and isinstance(result.get("summary"), dict)):
+        raise SystemExit(f"{path}: not a regret results file (no result with its worlds and "
+                         f"summary): pass --out's or --detail's file, or a merge's")
+    if units is not None and not (isinstance(units, dict) and set(result["worlds"]) <= set(units)):
+        raise SystemExit(f"{path}: its units lack worlds its result summarises")
+    return cast(Result, result), cast("Units | None", units)
