@@ -8,6 +8,11 @@ and returns a :class:`~autotune.types.Measurement`; ``stop`` releases it. The co
 - ``replay`` measures the schedule; a crash mid-replay raises ``TrialFailed``.
 - ``stop`` is idempotent and safe to call after a failure; after it returns, nothing the replica
   started is still running.
+- ``start_s`` is what starting it cost, in the replica's clock (seconds from launch to a server
+  ready to serve: measured on real engines, the profile's stated figure on the simulator; 0 for
+  a server autotune did not start), and ``start_source`` says where that figure comes from.
+  A replica may replay several schedules, for several trials of the same config: the start is
+  paid once (:mod:`autotune.cost`).
 - Backends never read the search's state or the store; the search never reads a backend's
   internals (the simulator's hidden acceptance truth stays inside ``backends/sim``).
 """
@@ -26,6 +31,8 @@ class Replica(Protocol):
     """One running server (or simulated server) with a fixed trial config."""
 
     config: TrialConfig
+    start_s: float
+    start_source: str
 
     def replay(self, schedule: ReplaySchedule, progress: Progress | None = None) -> Measurement:
         """Replay ``schedule`` and measure it."""
