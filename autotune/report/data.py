@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from autotune.cost import SOURCE, CostTotal, TrialCost, total, trial_cost
 from autotune.errors import StoreError
 from autotune.store import (
     CalibrationRecord,
@@ -67,6 +68,10 @@ class TrialPoint:
     error: str | None = None
     #: measured at capacity (the fastest replay meeting the SLOs), not at the trace's rate
     at_capacity: bool = False
+    #: what the trial cost on real replicas (None: not recorded)
+    cost: TrialCost | None = None
+    #: where its server start's figure comes from (or that it reused a server)
+    start_source: str | None = None
 
     @property
     def window(self) -> int | None:
@@ -90,7 +95,8 @@ class TrialPoint:
                    params=dict(t.params), value=_num(t.value), feasible=t.feasible,
                    throughput=_num(m.get(THROUGHPUT)), itl_p99_ms=_num(m.get(ITL_P99)),
                    ttft_p99_ms=_num(m.get("ttft_p99_ms")), error=t.error,
-                   at_capacity="capacity_replays" in m)
+                   at_capacity="capacity_replays" in m, cost=trial_cost(m),
+                   start_source=str(m[SOURCE]) if m.get(SOURCE) else None)
 
 
 @dataclass(frozen=True)
@@ -251,6 +257,11 @@ class ReportData:
     @property
     def trial_count(self) -> int:
         return sum(len(w.trials) for w in self.workloads)
+
+    def cost(self, workload: str | None = None) -> CostTotal:
+        """What one workload's trials (None: the run's) cost on real replicas."""
+        return total(t.cost for w in self.workloads if workload in (None, w.name)
+                     for t in w.trials)
 
 
 def slo_bound(trials: Sequence[TrialRecord], name: str) -> float | None:

@@ -245,3 +245,10 @@ def test_runs_shows_what_each_pass_cost(tmp_path: Path, db_url: str) -> None:
     trials = json.loads(CliRunner().invoke(
         cli, ["trials", "--db", db_url, "--format", "json"]).stdout)
     assert all(GPU_H in t["metrics"] for t in trials)
+    from autotune.report import load_report_data
+    from autotune.report.page import _cost
+
+    data = load_report_data(store, result.run_id)
+    assert data.cost().gpu_h == pytest.approx(result.cost["total"]["gpu_h"], rel=1e-3)
+    section = _cost(data)
+    assert "Cost on real replicas" in section and "Simulated" in section
