@@ -211,6 +211,10 @@ def _token_refused(where: str) -> ConfigError:
         return ConfigError(f"cannot join the Ray cluster at {where}: it requires an "
                            f"authentication token, and RAY_AUTH_MODE={mode} here sends none. "
                            f"Fix: unset RAY_AUTH_MODE and {fix}")
+    if mode != "token" and _token_found():  # a Ray that does not turn tokens on by itself
+        return ConfigError(f"cannot join the Ray cluster at {where}: it requires an "
+                           f"authentication token, and this Ray sends the one in {source} "
+                           "only with RAY_AUTH_MODE=token. Fix: set RAY_AUTH_MODE=token")
     return ConfigError(f"cannot join the Ray cluster at {where}: it requires an authentication "
                        "token and none was found ($RAY_AUTH_TOKEN, $RAY_AUTH_TOKEN_PATH and "
                        f"{source} are unset or empty). Fix: {fix}")
