@@ -213,8 +213,9 @@ class RayPool:
 
     def __init__(self, settings: RaySettings, shape: ReplicaShape, groups: list[Any],
                  owns_ray: bool, nodes: Sequence[NodeResources] = (),
-                 name: str = "autotune") -> None:
+                 name: str = "autotune", joined: bool = False) -> None:
         self.settings = settings
+        self.joined = joined  # an existing cluster: its replicas may run on other machines
         self.name = name  # of its placement groups and actors: NAME-replica-I, NAME-ray-I
         self.shape = shape
         self.owns_ray = owns_ray
@@ -235,6 +236,7 @@ class RayPool:
         shape = replica_shape(s.kind, s.serve, s.cpus_per_replica)
         wanted = _replicas_without_cluster(s)
         owns = not ray.is_initialized()
+        joined = owns and bool(s.address or os.environ.get("RAY_ADDRESS"))
         groups: list[Any] = []
         pool: RayPool | None = None
         name = f"autotune-{uuid.uuid4().hex[:8]}"
@@ -248,7 +250,7 @@ class RayPool:
                 wanted = max(1, replicas_fit(shape, nodes))
             check_fit(shape, nodes, wanted)
             groups = reserve(shape, wanted, s.ready_timeout_s, name=name)
-            pool = cls(s, shape, groups, owns, nodes, name)
+            pool = cls(s, shape, groups, owns, nodes, name, joined)
             pool._start()
         except BaseException:
             if pool is not None:
@@ -294,14 +296,15 @@ class RayPool:
         ).remote(slot.id, s.kind, s.serve, dict(s.backend_options), s.seed, s.min_trial_s)
 
     def close(self) -> None:
-        """Kill the actors, free their placement groups, shut down a Ray this pool started."""
+        """Kill the actors, free their placement groups, shut down a Ray this pool started or
+        disconnect from the cluster it joined."""
         if self._closed:
             return
         self._closed = True
         ray = import_ray()
         with signals_held():
             announce_moment("pool-stopping")
-            if self.owns_ray:
+            if self.owns_ray and not self.joined:
                 # Stopping the Ray this pool started ends its actors and placement groups with
                 # it, without a call to its GCS, which a signal to the whole process group
                 # (`timeout`, systemd) has already stopped: such a call would hang for a minute.
@@ -309,10 +312,12 @@ class RayPool:
                 if ray.is_initialized():
                     ray.shutdown()
                 _reap(local)
-            else:
+            else:  # the cluster outlives the pool: free what it holds, then disconnect
                 for slot in self._slots:
                     self._kill(slot)
                 release([slot.group for slot in self._slots])
+                if self.owns_ray and ray.is_initialized():
+                    ray.shutdown()
         self._slots = []
         self._queue.clear()
         self._inflight.clear()
