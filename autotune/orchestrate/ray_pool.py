@@ -71,9 +71,8 @@ log = logging.getLogger(__name__)
 class RaySettings:
     """How a pass runs its replicas.
 
-    ``replicas`` None means the default: for ``sim`` the local core count (on a cluster it
-    joins, as many as the cluster holds), for ``vllm`` as many as the cluster holds (``1`` when
-    ``serve.gpus_per_replica`` is 0). ``address`` None: join
+    ``replicas`` None means the default: for ``sim`` the local core count, for ``vllm`` as many
+    as the cluster holds (``1`` when ``serve.gpus_per_replica`` is 0). ``address`` None: join
     ``$RAY_ADDRESS`` if set, else start a local Ray for the pass. ``min_trial_s`` paces every
     trial to take at least that long (tests and benchmarks of the simulator).
     """
@@ -96,8 +95,7 @@ def _replicas_without_cluster(s: RaySettings) -> int | None:
     if s.replicas is not None:
         return s.replicas
     if s.kind == "sim":
-        joins = s.address is not None or bool(os.environ.get("RAY_ADDRESS"))
-        return None if joins else local_cores()
+        return local_cores()
     return 1 if s.serve.gpus_per_replica == 0 else None
 
 
