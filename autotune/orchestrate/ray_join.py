@@ -160,7 +160,7 @@ def _resolve(address: str, source: str) -> str:
     return str(found)
 
 
-def _reachable(address: str, label: str) -> None:
+def _reachable(address: str, label: str, source: str) -> None:
     host, _, port = address.removeprefix("ray://").rpartition(":")
     try:
         with socket.create_connection((host.strip("[]"), int(port)), _CONNECT_TIMEOUT_S):
@@ -170,8 +170,9 @@ def _reachable(address: str, label: str) -> None:
         raise ConfigError(
             f"{label}: nothing answers there ({why.lower()}). Fix: pass the address of the "
             "cluster's head node (its GCS port, 6379 unless `ray start --head --port` said "
-            "otherwise; `ray status` on the head node works when it is up), or leave out "
-            "--ray-address to run a local Ray") from e
+            "otherwise; `ray status` on the head node works when it is up), or "
+            f"{'unset RAY_ADDRESS' if source == '$RAY_ADDRESS' else 'leave out --ray-address'}"
+            " to run a local Ray") from e
 
 
 @contextmanager
@@ -247,7 +248,7 @@ def check_cluster(address: str, source: str = "--ray-address") -> str:
     a token is found (see the module docstring)."""
     resolved = _resolve(address, source)
     where = _describe(address if resolved == address else f"{address} = {resolved}", source)
-    _reachable(resolved, where)
+    _reachable(resolved, where, source)
     if resolved.startswith("ray://"):
         return resolved  # Ray Client: its server checks the connection itself
     _use_token_like_ray_clients(where)

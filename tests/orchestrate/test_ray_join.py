@@ -24,6 +24,8 @@ from typing import Any
 
 import pytest
 
+from autotune.errors import ConfigError
+from autotune.orchestrate.ray_join import connect
 from autotune.store import Store
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -182,3 +184,12 @@ def test_a_cluster_that_cannot_be_joined_is_one_line_and_nothing_written(
         assert "nothing answers there" in line
     assert not (tmp_path / "autotune.db").exists()
     assert not (tmp_path / "exports").exists()
+
+
+def test_an_address_from_the_environment_is_named_as_such(monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{_free_port()}")  # as `ray job submit` sets
+    monkeypatch.setenv("RAY_task_events_shutdown_flush_timeout_ms", "1000")  # connect's default
+    with pytest.raises(ConfigError, match=r"^127\.0\.0\.1:\d+ \(\$RAY_ADDRESS\): nothing "
+                       r"answers there .* or unset RAY_ADDRESS to run a local Ray$"):
+        connect(None, 1)
