@@ -140,6 +140,7 @@ def test_a_pass_joins_two_nodes_with_the_token_ray_clients_read(
     assert sorted(replica_node.values()) == sorted(two_nodes.nodes)  # one replica per node
     for a in actors:  # the driver stayed connected from before the first to after the last
         assert a["State"] == "DEAD"
+        assert "reason: RAY_KILL" in a["DeathCause"]  # freed by the pool, not by its job's end
         assert job["StartTime"] <= a["StartTime"] and a["EndTime"] <= job["EndTime"]
     pool = actors[0]["Name"].rsplit("-ray-", 1)[0]
     _released(two_nodes, pool)
