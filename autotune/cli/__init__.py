@@ -163,6 +163,12 @@ def _tune_options(traffic: Path, *, policy_path: Path | None, backend: str,
         backend_options["endpoint"] = endpoint
         err.print(f"attached to {endpoint}: no restarts, so tuning covers only what that "
                   "server was started with")
+    if ray_address:
+        # A cluster that is not there, or refuses this machine's token, stops the command
+        # here, before the database is created or written.
+        from autotune.orchestrate.ray_join import check_cluster
+
+        check_cluster(ray_address, "--ray-address")
     return TuneOptions(traffic=traffic, policy=policy, backend=backend,
                        backend_options=backend_options, seed=seed, skip_invalid=skip_invalid,
                        export_dir=export_dir, replicas=replicas, ray_address=ray_address)
