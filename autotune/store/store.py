@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, make_url, select, text, update
+from sqlalchemy import Engine, case, func, make_url, select, text, update
 from sqlalchemy.orm import Session, defer, sessionmaker
 
 from autotune.errors import StoreError
@@ -47,6 +47,7 @@ from autotune.store.records import (
     RunRecord,
     SampleRecord,
     TrialRecord,
+    WorkloadStatus,
 )
 from autotune.types import TrialConfig
 
@@ -86,6 +87,13 @@ def _json_safe(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_json_safe(v) for v in value]
     return value
+
+
+def _later(first: datetime | None, second: datetime | None) -> bool:
+    """True when ``first`` is after ``second`` (unknown times are never later)."""
+    if first is None or second is None:
+        return False
+    return first.replace(tzinfo=first.tzinfo or UTC) > second.replace(tzinfo=second.tzinfo or UTC)
 
 
 def _pair(low: float | None, high: float | None) -> tuple[float, float] | None:
@@ -385,6 +393,62 @@ class Store:
             elif not history:
                 q = q.where(RecommendationRow.status == "active")
             return [self._rec_view(r) for r in s.scalars(q)]
+
+    def workload_statuses(self, workload: str | None = None) -> list[WorkloadStatus]:
+        """Every workload's newest result (:class:`~autotune.store.records.WorkloadStatus`),
+        by workload: the active recommendation, else the newest one stored, else — or when a
+        later finished or failed run tuned the workload and recommended nothing — ``failed``
+        with that run's reason."""
+        with self._read() as s:
+            newest = (select(func.max(RecommendationRow.id))
+                      .group_by(RecommendationRow.workload))
+            if workload:
+                newest = newest.where(RecommendationRow.workload == workload)
+            recs: dict[str, RecommendationRow] = {}
+            chosen = select(RecommendationRow).where(
+                (RecommendationRow.status == "active") | RecommendationRow.id.in_(newest))
+            if workload:
+                chosen = chosen.where(RecommendationRow.workload == workload)
+            for row in s.scalars(chosen.order_by(RecommendationRow.id)):
+                if recs.get(row.workload) is None or recs[row.workload].status != "active":
+                    recs[row.workload] = row
+            starts = dict(s.execute(select(RunRow.id, RunRow.started_at).where(
+                RunRow.id.in_({r.run_id for r in recs.values()}))).all())
+            out = {name: self._status_view(row) for name, row in recs.items()}
+            for name, (run, trials, failed) in self._runs_without_result(s, workload).items():
+                stored = recs.get(name)
+                if stored is not None and (stored.status == "active" or _later(
+                        starts.get(stored.run_id), run.started_at)):
+                    continue
+                why = (f"the run failed: {run.error}" if run.status == "failed" and run.error
+                       else f"every trial failed ({failed})" if failed == trials
+                       else f"no recommendation stored ({failed} of {trials} trials failed)")
+                out[name] = WorkloadStatus(
+                    workload=name, status="failed", run=run.id, at=run.finished_at,
+                    reason=f"{why}; see `autotune trials --run {run.id} --workload {name}`")
+            return [out[k] for k in sorted(out)]
+
+    def _runs_without_result(self, s: Session, workload: str | None
+                             ) -> dict[str, tuple[RunRow, int, int]]:
+        """Per workload, the newest finished or failed run that has its trials but stored no
+        recommendation for it: (run, trials, failed trials)."""
+        q = (select(TrialRow.workload, RunRow, func.count(TrialRow.id),
+                    func.sum(case((TrialRow.state == "failed", 1), else_=0)))
+             .join(RunRow, RunRow.id == TrialRow.run_id)
+             .where(RunRow.status.in_(("finished", "failed")),
+                    ~select(RecommendationRow.id)
+                    .where(RecommendationRow.run_id == TrialRow.run_id,
+                           RecommendationRow.workload == TrialRow.workload).exists())
+             .group_by(TrialRow.workload, RunRow.id)
+             .order_by(RunRow.started_at, RunRow.id))
+        if workload:
+            q = q.where(TrialRow.workload == workload)
+        return {name: (run, int(n), int(failed or 0)) for name, run, n, failed in s.execute(q)}
+
+    def _status_view(self, row: RecommendationRow) -> WorkloadStatus:
+        rec = self._rec_view(row)
+        return WorkloadStatus(workload=rec.workload, status=rec.status, reason=rec.reason,
+                              run=rec.run, at=rec.created_at, recommendation=rec)
 
     @staticmethod
     def _rec_view(r: RecommendationRow) -> RecommendationRecord:
