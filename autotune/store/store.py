@@ -311,7 +311,8 @@ class Store:
                            gain_ci: tuple[float, float] | None = None,
                            compared_with: int | None = None,
                            check_active: bool = False,
-                           infeasible: bool = False) -> RecommendationRecord:
+                           infeasible: bool = False,
+                           once_per_run: bool = False) -> RecommendationRecord:
         """Add a recommendation; with ``promote`` it becomes active and the old one retires.
 
         ``gain``/``gain_ci`` are the relative improvement over recommendation ``compared_with``
@@ -321,14 +322,26 @@ class Store:
         says so. Retirement and promotion commit together: a reader sees one active or the
         other, never both or neither. An ``infeasible`` result (no config measured serves the
         workload's traffic within the SLO) is stored with that status and never promoted.
+
+        With ``once_per_run`` a run stores at most one recommendation per workload: when one
+        is stored already (a run stopped after recommending, then resumed), it is returned
+        unchanged and nothing is added or promoted.
         """
         if infeasible:
             promote = False
         speedup = value / baseline_value if baseline_value else None
         with self.session() as s:
-            if promote and s.bind is not None and s.bind.dialect.name == "postgresql":
+            if ((promote or once_per_run) and s.bind is not None
+                    and s.bind.dialect.name == "postgresql"):
                 key = zlib.crc32(f"autotune:{workload}".encode())
                 s.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
+            if once_per_run:
+                stored = s.scalar(select(RecommendationRow)
+                                  .where(RecommendationRow.run_id == run_id,
+                                         RecommendationRow.workload == workload)
+                                  .order_by(RecommendationRow.id).limit(1))
+                if stored is not None:
+                    return self._rec_view(stored)
             active = s.scalar(select(RecommendationRow)
                               .where(RecommendationRow.workload == workload,
                                      RecommendationRow.status == "active")
