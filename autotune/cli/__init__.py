@@ -152,6 +152,7 @@ def _tune_options(traffic: Path, *, policy_path: Path | None, backend: str,
                   endpoint: str | None = None) -> Any:
     from autotune.orchestrate import TuneOptions
     from autotune.policy import load_policy
+    from autotune.redact import redact_url
     from autotune.ui import err
 
     overrides = {"budget.trials": budget_trials} if budget_trials else {}
@@ -160,9 +161,9 @@ def _tune_options(traffic: Path, *, policy_path: Path | None, backend: str,
     if endpoint:
         if backend != "vllm":
             raise click.BadParameter("--endpoint needs --backend vllm", param_hint="--endpoint")
-        backend_options["endpoint"] = endpoint
-        err.print(f"attached to {endpoint}: no restarts, so tuning covers only what that "
-                  "server was started with")
+        backend_options["endpoint"] = endpoint  # in memory only; shown and stored redacted
+        err.print(f"attached to {redact_url(endpoint)}: no restarts, so tuning covers only "
+                  "what that server was started with")
     return TuneOptions(traffic=traffic, policy=policy, backend=backend,
                        backend_options=backend_options, seed=seed, skip_invalid=skip_invalid,
                        export_dir=export_dir, replicas=replicas, ray_address=ray_address)

@@ -22,6 +22,7 @@ from sqlalchemy import Engine, case, func, make_url, select, text, update
 from sqlalchemy.orm import Session, defer, sessionmaker
 
 from autotune.errors import StoreError
+from autotune.redact import redact_text
 from autotune.store.engine import (
     DEFAULT_DB_URL,
     ENV_DB_URL,
@@ -79,9 +80,12 @@ def _require_sqlite_file(url: str) -> None:
 
 
 def _json_safe(value: Any) -> Any:
-    """NaN and infinities become None: PostgreSQL's JSON (rightly) refuses them."""
+    """NaN and infinities become None: PostgreSQL's JSON (rightly) refuses them; credentials in
+    URLs become ``***`` (:func:`autotune.redact.redact_text`): none reaches the database."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
+    if isinstance(value, str):
+        return redact_text(value)
     if isinstance(value, dict):
         return {k: _json_safe(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -184,8 +188,9 @@ class Store:
         rid = run_id or new_run_id()
         with self.session() as s:
             s.add(RunRow(id=rid, status="running", backend=backend, policy_name=policy_name,
-                         policy_sha256=policy_sha256, policy=dict(policy), sample_id=sample_id,
-                         seed=seed, options=dict(options or {})))
+                         policy_sha256=policy_sha256, policy=_json_safe(dict(policy)),
+                         sample_id=sample_id,
+                         seed=seed, options=_json_safe(dict(options or {}))))
         return rid
 
     def resumable_run(self, *, backend: str, policy_sha256: str, sample_id: int,
@@ -204,7 +209,8 @@ class Store:
         if status not in RUN_STATUSES:
             raise ValueError(f"run status must be one of {RUN_STATUSES}, got {status!r}")
         with self.session() as s:
-            values: dict[str, Any] = {"status": status, "error": error}
+            values: dict[str, Any] = {"status": status,
+                                      "error": redact_text(error) if error else error}
             values["finished_at"] = None if status == "running" else utcnow()
             s.execute(update(RunRow).where(RunRow.id == run_id).values(**values))
 
@@ -264,7 +270,7 @@ class Store:
             row.metrics = _json_safe(dict(metrics or {}))
             row.acceptance_rate = acceptance_rate
             row.per_request = _json_safe(dict(per_request or {}))
-            row.error = error
+            row.error = redact_text(error) if error else error
             row.replica = replica
             row.node = node
             row.attempts = attempts
@@ -356,12 +362,12 @@ class Store:
                 workload=workload, status="infeasible" if infeasible else "candidate",
                 config=config.as_dict(),
                 speculative_config=dict(speculative_config) if speculative_config else None,
-                serve=dict(serve), objective=objective, value=value,
+                serve=_json_safe(dict(serve)), objective=objective, value=value,
                 value_ci_low=value_ci[0] if value_ci else None,
                 value_ci_high=value_ci[1] if value_ci else None,
                 baseline_value=baseline_value, speedup_vs_baseline=speedup, run_id=run_id,
                 trial_id=trial_id, backend=backend, provenance=_json_safe(dict(provenance)),
-                reason=reason,
+                reason=redact_text(reason),
                 gain=gain, gain_ci_low=gain_ci[0] if gain_ci else None,
                 gain_ci_high=gain_ci[1] if gain_ci else None, compared_with_id=compared_with)
             s.add(row)
