@@ -161,6 +161,13 @@ def _tune_options(traffic: Path, *, policy_path: Path | None, backend: str,
     if endpoint:
         if backend != "vllm":
             raise click.BadParameter("--endpoint needs --backend vllm", param_hint="--endpoint")
+        from autotune.backends.vllm import normalise_endpoint
+
+        try:
+            normalise_endpoint(endpoint)
+        except ValueError as e:
+            raise click.BadParameter(f"{redact_url(endpoint)!r}: {e}",
+                                     param_hint="--endpoint") from None
         backend_options["endpoint"] = endpoint  # in memory only; shown and stored redacted
         err.print(f"attached to {redact_url(endpoint)}: no restarts, so tuning covers only "
                   "what that server was started with")

@@ -156,3 +156,22 @@ def test_the_vllm_options_never_show_the_endpoint_credentials() -> None:
         parse_options({"endpoint": "ftp://u:secret@h:8000?api_key=tok"})
     assert "secret" not in str(e.value) and "endpoint='ftp://***@h:8000?api_key=***'" in str(
         e.value)
+
+
+@pytest.mark.parametrize("endpoint", ["ftp://u:secret@h:80?api_key=tok",
+                                      "http://u:secret@h:port?api_key=tok"])
+def test_a_bad_endpoint_is_refused_naming_the_flag_without_its_credentials(
+        tmp_path: Path, endpoint: str) -> None:
+    from click.testing import CliRunner
+
+    from autotune.cli import cli
+
+    db = tmp_path / "a.db"
+    result = CliRunner().invoke(cli, [
+        "start", "--traffic", str(REPO / "examples" / "small.jsonl"), "--backend", "vllm",
+        "--endpoint", endpoint, "--once", "--db", f"sqlite:///{db}"])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert "Invalid value for --endpoint: '" in result.stderr
+    assert "expected an http(s) URL" in result.stderr
+    assert "secret" not in result.stderr and "tok" not in result.stderr
+    assert not db.exists()  # nothing written

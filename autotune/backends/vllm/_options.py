@@ -19,7 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from autotune.errors import ConfigError
 from autotune.redact import RedactingFilter, redact_text, redact_url
 
-__all__ = ["EndpointAccess", "VllmOptions", "parse_options", "quiet_request_urls"]
+__all__ = ["EndpointAccess", "VllmOptions", "normalise_endpoint", "parse_options",
+           "quiet_request_urls"]
 
 _REQUEST_URLS = RedactingFilter()
 
@@ -56,6 +57,21 @@ class EndpointAccess:
 
     def __repr__(self) -> str:  # never the credentials, whoever prints it
         return f"EndpointAccess({self.url!r}, auth={'***' if self.auth else None})"
+
+
+def normalise_endpoint(value: str) -> str:
+    """An attach-mode server URL without a trailing ``/v1`` (or ``/``) and fragment; raises
+    ValueError saying what is expected (never repeating the URL: it may hold credentials)."""
+    parts = urlsplit(value.strip())
+    expected = "expected an http(s) URL of a vLLM OpenAI server, e.g. http://127.0.0.1:8000"
+    try:
+        parts.port  # noqa: B018 (raises for a port that is not a number)
+    except ValueError as e:
+        raise ValueError(f"{e}; {expected}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(expected)
+    path = parts.path.rstrip("/").removesuffix("/v1")
+    return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
 
 
 class VllmOptions(BaseModel):
@@ -111,19 +127,7 @@ class VllmOptions(BaseModel):
     @field_validator("endpoint")
     @classmethod
     def _endpoint(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        parts = urlsplit(value.strip())
-        try:
-            parts.port  # noqa: B018 (raises for a port that is not a number)
-        except ValueError as e:
-            raise ValueError(f"{e}; expected an http(s) URL of a vLLM OpenAI server, e.g. "
-                             "http://127.0.0.1:8000") from None
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError("expected an http(s) URL of a vLLM OpenAI server, e.g. "
-                             "http://127.0.0.1:8000")
-        path = parts.path.rstrip("/").removesuffix("/v1")
-        return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
+        return normalise_endpoint(value) if value is not None else None
 
     @field_validator("startup_timeout_s", "request_timeout_s", "stop_grace_s",
                      "health_interval_s")
