@@ -159,7 +159,8 @@ def test_the_vllm_options_never_show_the_endpoint_credentials() -> None:
 
 
 @pytest.mark.parametrize("endpoint", ["ftp://u:secret@h:80?api_key=tok",
-                                      "http://u:secret@h:port?api_key=tok"])
+                                      "http://u:secret@h:port?api_key=tok",
+                                      "http://tok:secret"])
 def test_a_bad_endpoint_is_refused_naming_the_flag_without_its_credentials(
         tmp_path: Path, endpoint: str) -> None:
     from click.testing import CliRunner

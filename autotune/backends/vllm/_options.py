@@ -66,8 +66,8 @@ def normalise_endpoint(value: str) -> str:
     expected = "expected an http(s) URL of a vLLM OpenAI server, e.g. http://127.0.0.1:8000"
     try:
         parts.port  # noqa: B018 (raises for a port that is not a number)
-    except ValueError as e:
-        raise ValueError(f"{e}; {expected}") from None
+    except ValueError:
+        raise ValueError(f"its port is not a number; {expected}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(expected)
     path = parts.path.rstrip("/").removesuffix("/v1")
