@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from autotune.backends import Backend, create_backend
+from autotune.orchestrate.moments import announce_moment
 from autotune.orchestrate.options import Reporter, TuneOptions
 from autotune.orchestrate.pool import Pool
 from autotune.orchestrate.runs import OpenedRun, WorkloadSearch, open_run
@@ -81,6 +82,7 @@ def tune(options: TuneOptions, store: Store, reporter: Reporter | None = None,
                                     seed=options.seed)
         rep.workload_finished(result)
         results.append(result)
+        announce_moment("recommended")
     store.set_run_status(run.run_id, "finished")
     return TuneResult(run_id=run.run_id, status="finished", resumed=run.resumed,
                       workloads=results, skipped=loaded.skipped)

@@ -13,7 +13,7 @@ from typing import Any
 from rich.table import Table
 
 from autotune.store import RecommendationRecord, RunRecord, TrialRecord
-from autotune.store.records import iso
+from autotune.store.records import WorkloadStatus, iso
 from autotune.ui.console import fmt_num
 
 __all__ = ["OBJECTIVE_LABELS", "close_race_note", "config_label", "inspect_table", "new_table",
@@ -89,10 +89,13 @@ def trials_table(rows: Sequence[TrialRecord], *, wide: bool = False) -> tuple[Ta
     return t, notes
 
 
-def recommendations_table(rows: Sequence[RecommendationRecord], *,
+def recommendations_table(rows: Sequence[RecommendationRecord | WorkloadStatus], *,
                           wide: bool = False) -> tuple[Table, list[str]]:
-    """Recommendations and their notes (why each is where it is)."""
-    objectives = {r.objective for r in rows}
+    """Recommendations and their notes (why each is where it is). A
+    :class:`~autotune.store.records.WorkloadStatus` row shows its recommendation, or for a
+    workload whose newest run recommended nothing, ``failed`` and why."""
+    recs = [r.recommendation if isinstance(r, WorkloadStatus) else r for r in rows]
+    objectives = {r.objective for r in recs if r is not None}
     value = (OBJECTIVE_LABELS.get(objectives.pop(), "value") if len(objectives) == 1 else
              "value")
     cols = ["workload", "status", "config", value, "vs baseline", "created (UTC)"]
@@ -101,14 +104,21 @@ def recommendations_table(rows: Sequence[RecommendationRecord], *,
     t = new_table(*cols, numeric=(value, "vs baseline"),
                   fold=("workload", "config", "vs baseline", "run"))
     notes = []
-    for r in rows:
+    for row, r in zip(rows, recs, strict=True):
+        if r is None:
+            assert isinstance(row, WorkloadStatus)
+            t.add_row(row.workload, row.status, "-", "-", "-", _when(row.at),
+                      *([row.run, "-"] if wide else []))
+            notes.append(f"{row.workload} ({row.status}, run {row.run}): {row.reason}")
+            continue
         cells = [r.workload, r.status, config_label(r.config), fmt_num(r.value),
                  speedup_cell(r), _when(r.created_at)]
         if wide:
             cells += [r.run, r.objective]
         t.add_row(*cells)
         if r.reason:
-            notes.append(f"{r.workload} #{r.id} ({r.status}): {r.reason}")
+            none = ", no active recommendation" if r is not row and r.status != "active" else ""
+            notes.append(f"{r.workload} #{r.id} ({r.status}{none}): {r.reason}")
         race = r.provenance.get("runner_up") or {}
         if race.get("close_race"):
             notes.append(f"{r.workload} #{r.id}: {close_race_note(race)}")
