@@ -58,6 +58,17 @@ def test_a_divergence_where_the_token_led_by_far_is_flagged() -> None:
     assert explained(other, ref, 1, TIE) == (False, None)
 
 
+def test_a_run_that_emitted_a_token_below_its_own_best_is_flagged() -> None:
+    # What vLLM returns for a sampled token outside its top 2: the token, then the best other
+    # one, which led it by 1.8 nats: the margin is negative.
+    ref = out([32, 5], margins=[0.12, 1.0], runner_up=[448, 6])
+    sampled = out([343, 5], margins=[-1.78, 1.0], runner_up=[32, 6])
+    ok, margin = explained(sampled, ref, 0, TIE)
+    assert not ok and margin == -1.78
+    near = out([448, 5], margins=[-0.01, 1.0], runner_up=[32, 6])
+    assert explained(near, ref, 0, TIE) == (True, -0.01)
+
+
 def test_unknown_margins_never_explain_a_divergence() -> None:
     ref = GreedyOutput((1, 2, 3))  # the engine gave no log-probabilities
     trial = GreedyOutput((1, 3, 3))
@@ -103,3 +114,10 @@ def test_outputs_survive_the_metrics_json() -> None:
     assert back[0].tokens == (1, 2) and back[0].runner_up == (3, -1)
     assert back[0].margins[0] == 0.5 and math.isnan(back[0].margins[1])
     assert back[1] == GreedyOutput((7,))
+
+
+def test_a_baseline_without_speculation_is_compared_once() -> None:
+    base = [out([1, 2, 3])]
+    checks = check_outputs([scored(0, 0, base, baseline=True), scored(1, 3, base)], TIE)
+    assert [c.reference for c in checks[1].comparisons] == ["baseline"]
+    assert checks[0].comparisons == () and checks[0].as_dict()["checked"]

@@ -73,8 +73,10 @@ def _body(model: str, prompt: str | list[int], max_tokens: int, temperature: flo
 
 def decode_check(client: Any, base_url: str, model: str, check: OutputCheck,
                  prompt_of: Callable[[Request], str | list[int]], *, timeout_s: float,
-                 temperature: float = 0.0, seed: int = 0) -> tuple[GreedyOutput, ...]:
-    """Decode ``check``'s prompts on the server at ``base_url`` (all in flight at once)."""
+                 temperature: float = 0.0, seed: int = 0,
+                 in_flight: int | None = None) -> tuple[GreedyOutput, ...]:
+    """Decode ``check``'s prompts on the server at ``base_url``, all in flight at once (or
+    ``in_flight`` at a time)."""
     requests: Sequence[Request] = check.requests
 
     def one(index: int) -> GreedyOutput:
@@ -96,5 +98,5 @@ def decode_check(client: Any, base_url: str, model: str, check: OutputCheck,
 
     if not requests:
         return ()
-    with ThreadPoolExecutor(max_workers=min(len(requests), 32)) as pool:
+    with ThreadPoolExecutor(max_workers=min(len(requests), in_flight or 32)) as pool:
         return tuple(pool.map(one, range(len(requests))))
