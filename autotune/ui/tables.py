@@ -72,7 +72,7 @@ def trials_table(rows: Sequence[TrialRecord], *, wide: bool = False) -> tuple[Ta
         cols = ["run", *cols, "replica", "attempts"]
     t = new_table(*cols, numeric=("#", "value", "capacity\n(×)", "p99 TTFT\n(ms)",
                                   "p99 ITL\n(ms)", "accept\nrate", "attempts"),
-                  fold=("workload", "config", "run", "replica"))
+                  fold=("workload", "config", "run", "replica", "outputs\nidentical"))
     notes = []
     for r in rows:
         m = r.metrics

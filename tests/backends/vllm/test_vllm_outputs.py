@@ -87,6 +87,8 @@ def _trials(db: str, run_id: str) -> dict[int, Any]:
     return {t["params"]["num_speculative_tokens"]: t for t in json.loads(res.stdout)}
 
 
+# Four server starts: about 2 minutes on an idle 2-core machine, far more on a loaded one.
+@pytest.mark.timeout(1800)
 def test_spec_outputs_match_the_baseline_and_a_sampling_server_is_caught(
         pair: Any, tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'autotune.db'}"
