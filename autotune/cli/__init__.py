@@ -395,14 +395,16 @@ def recommendations(workload: str | None, history: bool, db: str | None, fmt: st
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
               help="Write to this file (atomically) instead of stdout.")
 @click.option("--force", is_flag=True,
-              help="Export even when the workload's newest result is infeasible.")
+              help="Export even when the workload's newest result is infeasible or its "
+                   "outputs are flagged.")
 @_db_option
 def export(workload: str, fmt: str, output: Path | None, force: bool, db: str | None) -> None:
     """Export the active recommendation exactly as `vllm serve` takes it.
 
     A workload whose newest result is infeasible (no config measured serves its traffic within
-    the SLO) is refused with the reason, unless --force. Which vLLM build the keys need is said
-    on stderr (and in a comment line of --format vllm-args).
+    the SLO), or whose outputs differ from the baseline's beyond the engine's numerics
+    (flagged, docs/outputs.md), is refused with the reason, unless --force. Which vLLM build
+    the keys need is said on stderr (and in a comment line of --format vllm-args).
 
     \b
     Example:
@@ -410,6 +412,8 @@ def export(workload: str, fmt: str, output: Path | None, force: bool, db: str | 
       vllm serve moonshotai/Kimi-K2.6 --speculative-config "$(autotune export --workload code)"
     """
     from autotune.export import (
+        outputs_flagged,
+        outputs_reason,
         pick_for_export,
         render,
         requirements_note,
@@ -430,6 +434,9 @@ def export(workload: str, fmt: str, output: Path | None, force: bool, db: str | 
                           force=force)
     if rec.status == "infeasible":
         click.echo(f"warning: exporting infeasible #{rec.id} (--force): {rec.reason}", err=True)
+    if outputs_flagged(rec):
+        click.echo(f"warning: exporting #{rec.id}, whose outputs are flagged (--force): "
+                   f"{outputs_reason(rec)}", err=True)
     text = render(rec, fmt)
     note = schedule_note(rec) if fmt == "schedule" else None
     if note:

@@ -278,6 +278,14 @@ class Store:
             s.flush()
             return row.id
 
+    def update_trial_metrics(self, trial_id: int, updates: Mapping[str, Any]) -> None:
+        """Set keys of a stored trial's ``metrics`` (what a later step concluded about it)."""
+        with self.session() as s:
+            row = s.get(TrialRow, trial_id)
+            if row is None:
+                raise ValueError(f"no trial with id {trial_id}")
+            row.metrics = {**(row.metrics or {}), **_json_safe(dict(updates))}
+
     def trials(self, run_id: str | None = None, workload: str | None = None,
                *, with_requests: bool = False) -> list[TrialRecord]:
         """Trials, oldest first (by run, workload and number)."""

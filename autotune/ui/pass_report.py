@@ -54,7 +54,8 @@ def result_table(results: Sequence[WorkloadResult], policy: Policy, *,
             cells = [r.workload, "failed", "-", "-", "-", "-", trials]
         else:
             cap = r.feasibility.capacity if r.feasibility else None
-            cells = [r.workload, rec.status, config_label(rec.config), fmt_num(rec.value),
+            status = rec.status + (" (outputs FLAGGED)" if r.outputs_flagged else "")
+            cells = [r.workload, status, config_label(rec.config), fmt_num(rec.value),
                      fmt_num(cap), speedup_cell(rec), trials]
         if wide:
             cells += [str(r.export_path) if r.export_path else "-"]
@@ -76,6 +77,8 @@ def pass_notes(results: Sequence[WorkloadResult]) -> list[str]:
                          f"{'s' if n != 1 else ''})")
         if r.race is not None and r.race.close:
             parts.append(r.race.describe())
+        if r.outputs and not r.outputs_flagged:  # a flagged one's reason says it already
+            parts.append(str(r.outputs.get("reason")))
         if r.stop_reason:
             parts.append(f"search stopped: {r.stop_reason}")
         if r.export_path:
