@@ -30,6 +30,7 @@ from autotune.types import (
 )
 
 __all__ = [
+    "DEFAULT_GPU_HOURS",
     "DEFAULT_POLICY_PATH",
     "Policy",
     "load_policy",
@@ -215,10 +216,25 @@ def parse_duration(text: str | float | int) -> float:
     return seconds
 
 
+#: The default GPU-hour budget of a pass (docs/policies.md, "Budget"): one 8-GPU node for
+#: the eight hours of a night.
+DEFAULT_GPU_HOURS = 64.0
+
+
 class Budget(_Model):
+    """How much a pass may spend, in the units of real replicas on every backend."""
+
     trials: int = Field(default=12, ge=1, le=100_000,
                         description="Trials per workload, baseline included.")
-    wall_clock: str = Field(default="2h", description="Wall-clock budget per run (e.g. 2h).")
+    gpu_hours: float | None = Field(
+        default=DEFAULT_GPU_HOURS, gt=0,
+        description="GPU-hours a pass may spend (server starts plus replayed traffic, times "
+                    "the GPUs of a replica; the simulator charges what real replicas would). "
+                    "Default: one 8-GPU node for a night's 8 hours. null: no GPU-hour limit.")
+    wall_clock: str = Field(
+        default="8h",
+        description="Replica-time budget per run (e.g. 8h): the busiest replica's time, "
+                    "simulated seconds on the simulator, and at least the real time elapsed.")
     max_retries: int = Field(default=2, ge=0, description="Retries of a trial whose replica died.")
 
     @field_validator("wall_clock")
@@ -349,6 +365,11 @@ class Policy(_Model):
                 f"space.num_speculative_tokens: {too_wide} exceed serve.draft_block_size "
                 f"({block})")
         return self
+
+    @property
+    def gpus_per_replica(self) -> int:
+        """GPUs one replica occupies: ``hardware.count``, else ``serve.gpus_per_replica``."""
+        return self.hardware.count or self.serve.gpus_per_replica
 
     def sha256(self) -> str:
         """Hash of the canonical policy (what provenance records)."""

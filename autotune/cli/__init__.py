@@ -328,7 +328,7 @@ def runs(db: str | None, fmt: str, limit: int | None, wide: bool) -> None:
     from autotune.ui import print_json, print_table, runs_table
 
     rows = _open_store(db, read_only=True).runs(limit)
-    print_json(rows) if fmt == "json" else print_table(runs_table(rows, wide=wide), wide=wide)
+    print_json(rows) if fmt == "json" else print_table(*runs_table(rows, wide=wide), wide=wide)
 
 
 @cli.command()
