@@ -12,6 +12,12 @@ workload's mean arrival rate) and those whose verdict is undecided.
 
     .venv/bin/python -m bench.studies.capacity_cost --db sqlite:///x.db --traffic sample.jsonl \
         [--json]
+
+``--make-long-prompt OUT`` writes instead a long-prompt sample like the one issue 37 measured:
+the first 600 requests of the Mooncake conversation trace (``$AUTOTUNE_SHARED_DATA``) whose
+prompt is at most 16,000 tokens and whole length at most 19,000 (prompts p50 ≈ 5.5k), at the
+trace's arrival times, dealt in turn to three workloads (≈ 0.74 request/s each, over 270 s) with the
+acceptance predictions of ``examples/sample.jsonl``'s workloads of the same names.
 """
 
 from __future__ import annotations
@@ -88,12 +94,53 @@ def summarize(trials: list[dict[str, Any]],
     return {"workloads": out, "pass": total}
 
 
+LONG_PROMPT_REQUESTS, LONG_PROMPT_MAX, LONG_TOTAL_MAX = 600, 16_000, 19_000
+
+
+def make_long_prompt(out: Path, examples: Path) -> int:
+    """Write the long-prompt sample (module doc) to ``out``; the number of requests."""
+    import os
+
+    data = Path(os.environ.get("AUTOTUNE_SHARED_DATA", Path(__file__).resolve().parents[3]
+                               / "shared" / "data"))
+    acceptance: dict[str, list[float]] = {}
+    with examples.open(encoding="utf-8") as f:
+        for line in f:
+            row = json.loads(line)
+            acceptance.setdefault(row["workload"], row["acceptance"])
+    names = sorted(acceptance)[:3]
+    rows: list[dict[str, Any]] = []
+    with (data / "mooncake_fast25" / "conversation_trace.jsonl").open(encoding="utf-8") as f:
+        for line in f:
+            r = json.loads(line)
+            prompt, output = int(r["input_length"]), int(r["output_length"])
+            if prompt > LONG_PROMPT_MAX or prompt + output > LONG_TOTAL_MAX or output < 1:
+                continue
+            name = names[len(rows) % len(names)]
+            rows.append({"id": f"mooncake-{len(rows)}", "arrival_s": r["timestamp"] / 1000.0,
+                         "workload": name, "prompt_tokens": prompt, "output_tokens": output,
+                         "acceptance": acceptance[name]})
+            if len(rows) == LONG_PROMPT_REQUESTS:
+                break
+    out.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return len(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--db", required=True, help="database URL of the pass")
-    ap.add_argument("--traffic", required=True, type=Path, help="the sample it tuned")
+    ap.add_argument("--db", help="database URL of the pass")
+    ap.add_argument("--traffic", type=Path, help="the sample it tuned")
     ap.add_argument("--json", action="store_true", help="print JSON")
+    ap.add_argument("--make-long-prompt", type=Path, metavar="OUT",
+                    help="write the long-prompt sample to OUT instead")
     args = ap.parse_args(argv)
+    if args.make_long_prompt is not None:
+        examples = Path(__file__).resolve().parents[2] / "examples" / "sample.jsonl"
+        print(f"{make_long_prompt(args.make_long_prompt, examples)} requests written to "
+              f"{args.make_long_prompt}")
+        return 0
+    if args.db is None or args.traffic is None:
+        ap.error("--db and --traffic are required")
     from autotune.store import Store
 
     trials = [t.to_json() for t in Store.open(args.db, existing=True).trials(None, None)]
