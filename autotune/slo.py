@@ -36,7 +36,8 @@ if TYPE_CHECKING:  # numpy is imported where arrays are judged: read-only comman
     BoolArray = npt.NDArray[np.bool_]
 
 __all__ = ["KEPT_UP", "MAX_SCALE", "MIN_SCALE", "P99_CONFIDENCE", "Slo", "SloCheck", "SloVerdict",
-           "itl_independent_gaps", "margin_from_summary", "p99_interval_ms", "quantile_ms"]
+           "itl_independent_gaps", "margin_from_summary", "p99_interval_ms", "quantile_ms",
+           "values_to_bound"]
 
 #: The percentile the SLO bounds (as a fraction).
 SLO_QUANTILE = 0.99
@@ -53,6 +54,13 @@ MIN_SCALE, MAX_SCALE = 1 / 64, 64.0
 #: One-sided confidence of a verdict: *met* says the p99 is within its bound, *missed* that it is
 #: over it, each with this confidence (the two ends of a central interval of 2 × this - 1).
 P99_CONFIDENCE = 0.95
+
+
+def values_to_bound(q: float = SLO_QUANTILE, confidence: float = P99_CONFIDENCE) -> int:
+    """The fewest independent values whose q-quantile has an upper bound at ``confidence``
+    (:func:`p99_interval_ms`): the chance that none exceeds it, q^n, is at most 1 - confidence.
+    299 for the p99 at 95%."""
+    return math.ceil(math.log(1.0 - confidence) / math.log(q))
 
 
 def quantile_ms(values: FloatArray, q: float) -> float:
@@ -72,8 +80,8 @@ def p99_interval_ms(values: FloatArray, independent: float | None = None,
     Of n independent values, the number below the true quantile is Binomial(n, q), so the
     order statistics of ranks l = F⁻¹(1 - c) and u = F⁻¹(c) + 1 (F the binomial's CDF, c the
     ``confidence``) bound it from below and above, each with confidence c. The high end is
-    ``inf`` when u > n (too few values lie above the quantile to bound it: under about 300 for
-    the p99 at 95%); the low end is ``-inf`` when l < 1; both NaN when there is no value.
+    ``inf`` when u > n (too few values lie above the quantile to bound it: fewer than
+    :func:`values_to_bound`); the low end is ``-inf`` when l < 1; both NaN when there is no value.
 
     ``independent``: how many independent observations the values hold when fewer than their
     number (the token gaps of one decode step are one observation: the step's time, shared by

@@ -8,7 +8,13 @@ import numpy as np
 import pytest
 
 from autotune.objective import score_measurement
-from autotune.slo import Slo, itl_independent_gaps, p99_interval_ms, quantile_ms
+from autotune.slo import (
+    Slo,
+    itl_independent_gaps,
+    p99_interval_ms,
+    quantile_ms,
+    values_to_bound,
+)
 from autotune.types import Measurement
 
 
@@ -101,6 +107,13 @@ def test_a_p99_of_a_few_hundred_values_has_no_upper_bound() -> None:
     low, high = p99_interval_ms(np.linspace(0.001, 0.1, 2000))
     assert low < quantile_ms(np.linspace(0.001, 0.1, 2000), 0.99) < high < math.inf
     assert all(math.isnan(v) for v in p99_interval_ms(np.zeros(0)))
+
+
+def test_the_fewest_values_that_bound_a_p99_are_the_first_with_a_finite_high_end() -> None:
+    n = values_to_bound()
+    assert 0.99**n <= 0.05 < 0.99 ** (n - 1)
+    assert p99_interval_ms(np.linspace(0.001, 0.1, n))[1] < math.inf
+    assert p99_interval_ms(np.linspace(0.001, 0.1, n - 1))[1] == math.inf
 
 
 def test_fewer_independent_observations_widen_the_interval() -> None:

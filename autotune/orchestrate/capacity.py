@@ -41,8 +41,9 @@ before it starts (``capacity_predicted_busy_s``).
 
 The kept reading's p99s carry order-statistic intervals (:meth:`autotune.slo.Slo.verdict`):
 when one straddles its bound, the rate is read once more with twice the window (when the sample
-holds more requests there); a re-read that misses gives the capacity to the next slower rate
-met, and one still undecided is reported as such (``slo_verdict_code`` 0.5).
+holds more requests there, enough to bound a p99 TTFT); a re-read that misses gives the
+capacity to the next slower rate met, and one still undecided is reported as such
+(``slo_verdict_code`` 0.5).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ from typing import NamedTuple
 
 from autotune.backends import Replica
 from autotune.orchestrate.capacity_window import SETTLE_LIFETIMES, settle_margin, window_requests
-from autotune.slo import KEPT_UP, MAX_SCALE, MIN_SCALE
+from autotune.slo import KEPT_UP, MAX_SCALE, MIN_SCALE, values_to_bound
 from autotune.types import CapacityHint, Measurement, Progress, ReplaySchedule, Request, Slo
 
 __all__ = ["KEPT_UP", "MAX_SCALE", "MIN_SCALE", "RESOLUTION", "kept_up", "replay_at_capacity",
@@ -208,16 +209,14 @@ def _predicted_busy_s(hint: CapacityHint | None, start: float, window_s: float |
 
 def _tag(scale: float, readings: list[tuple[float, _Replay]], feasible: bool,
          at_target: _Replay | None, slo: Slo, kept: _Replay) -> Measurement:
-    """The kept reading ``kept`` (at ``scale``; ``readings``: every reading, in the order
-    the keys ``replay{i}_*`` number them), tagged
-    with the scale it ran at, how much of the rate it kept up with, whether it was sustained,
-    the slowest rate that missed the SLO and its verdict with the p99 intervals
-    (:meth:`autotune.slo.Slo.verdict`); with what the reading at the target rate (the
-    schedule's own ``time_scale``; absent when the search did not read it) measured:
-    ``target_*`` p99s, failures and keeping up, which say by how much a config misses the SLO
-    at the rate it must serve; and with every reading's decode aggregates, cost and size
-    (``replay{i}_*``): the same replica at several loads profiles its step time at several
-    batch sizes."""
+    """The kept reading ``kept`` (at ``scale``), tagged with the scale it ran at, how much of
+    the rate it kept up with, whether it was sustained, the slowest rate that missed the SLO,
+    and its verdict with the p99 intervals (:meth:`autotune.slo.Slo.verdict`); with what the
+    reading at the target rate (the schedule's own ``time_scale``; absent when the search did
+    not read it) measured: ``target_*`` p99s, failures and keeping up, which say by how much a
+    config misses the SLO at the rate it must serve; and with every reading's decode
+    aggregates, cost and size (``replay{i}_*``, numbered as in ``readings``): the same replica
+    at several loads profiles its step time at several batch sizes."""
     m = kept.measurement
     verdict = slo.verdict(m.ok, m.ttft_s, m.itl_s, m.duration_s)
     extra: dict[str, float] = {
@@ -329,15 +328,17 @@ def _decide(read: Callable[[float, float | None], _Replay], tried: dict[float, _
             ) -> tuple[float | None, list[tuple[float, _Replay]]]:
     """The capacity, decided, and the re-read it took (if any): a kept reading whose p99
     interval straddles a bound (verdict undecided) is read once more at its rate with twice the
-    window, when that holds more requests. The re-read is kept when it met the SLO; when it
-    missed, the next slower rate met is the capacity (None: no other). A re-read still
-    undecided is reported as such."""
+    window, when that holds more requests and, with a TTFT bound, enough to bound a p99 TTFT
+    (:func:`~autotune.slo.values_to_bound`; fewer could never meet it). The re-read is kept
+    when it met the SLO; when it missed, the next slower rate met is the capacity (None: no
+    other). A re-read still undecided is reported as such."""
     m = tried[lo].measurement
     if window is None or slo.verdict(m.ok, m.ttft_s, m.itl_s, m.duration_s).code != 0.5:
         return lo, []
-    if len(window_requests(requests, lo, 2 * window)) <= len(window_requests(requests, lo,
-                                                                             window)):
-        return lo, []  # the sample holds no more requests at this rate
+    longer = len(window_requests(requests, lo, 2 * window))
+    if longer <= len(window_requests(requests, lo, window)) or (
+            slo.ttft_p99_ms is not None and longer < values_to_bound()):
+        return lo, []  # a longer window at this rate could not decide it
     again = read(lo, 2 * window)
     if again.met:
         return lo, [(lo, again)]
