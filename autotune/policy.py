@@ -261,6 +261,13 @@ class Replay(_Model):
         description="trace mode: measure each trial at the highest arrival rate (time_scale) "
                     "whose p99 TTFT/ITL meet the SLO while the replica keeps up with the "
                     "arrivals, as DistServe's goodput; false: replay once at time_scale.")
+    window_s: float = Field(
+        default=60.0, gt=0,
+        description="Replica seconds of arrivals one capacity reading replays (the busiest "
+                    "slice of the workload that fits at the rate read): 60 s keeps a trial's "
+                    "readings (7 at most) near 8 replica-minutes, under one start of a "
+                    "large model's server, while spanning the 4 request lifetimes of up to "
+                    "15 s a sustained reading needs (docs/search.md).")
 
     def schedule(self, requests: list[Request], seed: int, label: str = "",
                  slo: Slo | None = None) -> ReplaySchedule:
@@ -273,6 +280,7 @@ class Replay(_Model):
             seed=seed,
             label=label,
             capacity_slo=slo if self.find_capacity and self.mode == "trace" else None,
+            capacity_window_s=self.window_s,
         )
 
 
