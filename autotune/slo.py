@@ -30,8 +30,8 @@ if TYPE_CHECKING:  # numpy is imported where arrays are judged: read-only comman
     FloatArray = npt.NDArray[np.float64]
     BoolArray = npt.NDArray[np.bool_]
 
-__all__ = ["KEPT_UP", "MAX_SCALE", "MIN_SCALE", "Slo", "SloCheck", "margin_from_summary",
-           "quantile_ms"]
+__all__ = ["KEPT_UP", "MAX_SCALE", "MIN_SCALE", "RESOLUTION", "Slo", "SloCheck",
+           "margin_from_summary", "quantile_ms"]
 
 #: The percentile the SLO bounds (as a fraction).
 SLO_QUANTILE = 0.99
@@ -43,6 +43,11 @@ KEPT_UP = 0.95
 #: Bounds of a capacity reading's arrival scale (the multiple of the sample's rate replayed),
 #: shared by the capacity search and the predictor that forecasts its reading.
 MIN_SCALE, MAX_SCALE = 1 / 64, 64.0
+
+#: The capacity search stops refining once the highest rate met and the lowest missed are
+#: within this fraction of each other (so a capacity lies within this fraction above the rate
+#: it kept, when the rate above was not read).
+RESOLUTION = 0.02
 
 
 def quantile_ms(values: FloatArray, q: float) -> float:

@@ -27,14 +27,15 @@ ALLOWED: dict[str, set[str]] = {
     "predict": _BASE | {"acceptance"},
     "search": _BASE | {"acceptance", "objective", "policy", "predict"},
     "recommend": _BASE | {"acceptance", "export", "objective", "policy", "store"},
-    "orchestrate": _BASE | {"acceptance", "backends", "export", "objective", "policy",
-                            "recommend", "search", "store", "traffic"},
-    "report": _BASE | {"export", "store"},
+    "orchestrate": _BASE | {"acceptance", "backends", "export", "objective", "plan",
+                            "policy", "recommend", "search", "store", "traffic"},
+    "plan": _BASE | {"objective", "policy", "recommend", "store"},
+    "report": _BASE | {"export", "plan", "policy", "store"},
     "daemon": _BASE | {"export", "orchestrate", "store", "traffic"},
-    "ui": _BASE | {"objective", "orchestrate", "policy", "recommend", "search", "store",
-                   "traffic"},
-    "cli": _BASE | {"backends", "daemon", "export", "orchestrate", "policy", "report", "store",
-                    "traffic", "ui"},
+    "ui": _BASE | {"objective", "orchestrate", "plan", "policy", "recommend", "search",
+                   "store", "traffic"},
+    "cli": _BASE | {"backends", "daemon", "export", "orchestrate", "plan", "policy", "report",
+                    "store", "traffic", "ui"},
 }
 
 
