@@ -24,6 +24,7 @@ from autotune.cli._common import (
     _open_store,
     _wide_option,
 )
+from autotune.cli.plan import plan as plan_command
 from autotune.cli.sim import sim as sim_group
 
 DEFAULT_STATE_FILE = Path("storage/daemon.json")
@@ -537,6 +538,7 @@ def db_upgrade(db: str | None) -> None:
 
 
 cli.add_command(sim_group)
+cli.add_command(plan_command)
 
 
 def main() -> None:

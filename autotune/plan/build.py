@@ -118,6 +118,10 @@ class WorkloadPlan:
                 "baseline_sizing": [s.as_dict() for s in self.baseline_sizing]}
 
 
+def _replicas(n: int | None) -> str:
+    return f"{n} replica" + ("" if n in (1, -1) else "s")
+
+
 @dataclass(frozen=True)
 class Plan:
     """A whole plan (see module doc)."""
@@ -158,10 +162,10 @@ class Plan:
         at = "" if k == 1 else f" at {k:g}× the traffic"
         if t["gpus_saved"] is None:
             return (f"recommended configs: {t['recommended_gpus']} GPUs "
-                    f"({t['recommended_replicas']} replicas){at}; no baseline meets the SLO "
+                    f"({_replicas(t['recommended_replicas'])}){at}; no baseline meets the SLO "
                     "at any rate measured, so no saving can be stated")
         partial = len([w for w in self.planned if w.baseline_sizing]) < len(self.planned)
-        return (f"{t['gpus_saved']} GPUs saved ({t['replicas_saved']} replicas){at}: "
+        return (f"{t['gpus_saved']} GPUs saved ({_replicas(t['replicas_saved'])}){at}: "
                 f"recommended configs {t['recommended_gpus']} GPUs, baseline "
                 f"{t['baseline_gpus']} GPUs"
                 + (" (over the workloads the baseline can serve)" if partial else ""))

@@ -85,7 +85,7 @@ def traffic_rates(arrivals: Sequence[float], window_s: float | None, *, what: st
     span = times[-1] - times[0]
     mean = (len(times) - 1) / span
     if window_s is not None and window_s > span:
-        raise PlanError(f"{key} {duration_text(window_s)} is longer than {what}'s sample "
+        raise PlanError(f"{key} {duration_text(window_s)} is longer than the sample of {what} "
                         f"({duration_text(span)}); set a window of at most "
                         f"{duration_text(span)}, or leave it unset (the busiest 5m, or the "
                         "mean of a shorter sample)")

@@ -33,7 +33,8 @@ def test_a_sample_shorter_than_the_default_window_is_planned_at_its_mean() -> No
 
 
 def test_a_window_set_longer_than_the_sample_names_the_key() -> None:
-    with pytest.raises(PlanError, match=r"--peak-window 10m is longer than workload 'code'"):
+    with pytest.raises(PlanError, match=r"--peak-window 10m is longer than the sample of "
+                                        r"workload 'code' \(1m39s\)"):
         traffic_rates(np.arange(0.0, 100.0).tolist(), 600.0, what="workload 'code'",
                       key="--peak-window")
 
