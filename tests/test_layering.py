@@ -29,7 +29,7 @@ ALLOWED: dict[str, set[str]] = {
     "recommend": _BASE | {"acceptance", "export", "objective", "policy", "store"},
     "orchestrate": _BASE | {"acceptance", "backends", "export", "objective", "plan",
                             "policy", "recommend", "search", "store", "traffic"},
-    "plan": _BASE | {"objective", "policy", "recommend", "store"},
+    "plan": _BASE | {"export", "objective", "policy", "recommend", "store"},
     "report": _BASE | {"export", "plan", "policy", "store"},
     "daemon": _BASE | {"export", "orchestrate", "store", "traffic"},
     "ui": _BASE | {"objective", "orchestrate", "plan", "policy", "recommend", "search",

@@ -1,6 +1,9 @@
-"""``autotune plan``: the capacity plan of a finished run, from the database (no measurement)."""
+"""``autotune plan``: the capacity plan of a finished run, from the database (no measurement);
+and what ``autotune export`` takes from a plan (replica counts, production-stack values)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import click
 
@@ -62,3 +65,53 @@ def plan(run_id: str | None, growth: list[float] | None, headroom: float | None,
         print_json(made.as_dict())
     else:
         print_plan(made)
+
+
+def pick_exported(store: Any, workload: str, *, force: bool,
+                  with_plan: bool) -> tuple[Any, Any]:
+    """The recommendation ``export`` writes for ``workload`` and, ``with_plan``, its
+    :class:`~autotune.export.Deployment` (None when its run's plan has none: said on stderr).
+
+    A newest result that is infeasible only because one replica cannot serve the rate is what
+    a plan is for: with a plan that sizes it, it is exported with its replicas, no --force."""
+    from autotune.export import pick_for_export
+    from autotune.plan import deployment_for
+
+    history = store.recommendations(workload, history=True)
+    if not history:
+        known = sorted({r.workload for r in store.recommendations(history=True)})
+        hint = f"workloads with recommendations: {', '.join(known)}" if known else \
+            "no recommendations yet; run: autotune start --traffic SAMPLE --once"
+        raise click.BadParameter(f"no recommendation for {workload!r}; {hint}",
+                                 param_hint="--workload")
+    newest = history[0]
+    planned = deployment_for(store, newest) if newest.status == "infeasible" else None
+    sized = planned is not None and not isinstance(planned, str)
+    rec = pick_for_export(history, store.active_recommendation(workload), workload,
+                          force=force or sized)
+    if rec.status == "infeasible":
+        why = ("one replica cannot serve its rate; the plan gives it the replicas it needs"
+               if sized else "--force")
+        click.echo(f"warning: exporting infeasible #{rec.id} ({why}): {rec.reason}", err=True)
+    if not with_plan:
+        return rec, None
+    deployment = planned if sized and rec is newest else deployment_for(store, rec)
+    if isinstance(deployment, str):
+        click.echo(f"note: no replica count: {deployment}", err=True)
+        return rec, None
+    return rec, deployment
+
+
+def export_production_stack(store: Any, run_id: str | None) -> str:
+    """The production-stack values of a run's plan (default: the newest finished run)."""
+    from autotune.export import production_stack_values
+    from autotune.plan import plan_deployments, plan_for_run
+    from autotune.report.data import pick_run
+
+    run = pick_run(store, run_id)
+    made = plan_for_run(store, run.id)
+    deployments, left_out = plan_deployments(store, made)
+    for name, why in left_out:
+        click.echo(f"note: left out {name!r}: {why}", err=True)
+    return production_stack_values(deployments, left_out,
+                                   header=f"plan of run {made.run_id}: {made.headline()}")

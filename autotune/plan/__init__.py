@@ -12,7 +12,7 @@ one config needs fewer GPUs than one deployment per workload (docs/plan.md).
 - :mod:`~autotune.plan.sizing`: replicas and GPUs for a rate, and how far the count holds;
 - :mod:`~autotune.plan.shared`: split by workload against shared;
 - :mod:`~autotune.plan.build`: the plan; :mod:`~autotune.plan.inputs`: a run's plan from the
-  database, measuring nothing.
+  database, measuring nothing; :mod:`~autotune.plan.deploy`: replica counts for the exports.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from autotune.plan.build import (
     build_plan,
     check_settings,
 )
+from autotune.plan.deploy import deployment_for, plan_deployments
 from autotune.plan.inputs import MIXED, plan_for_run, plan_settings, sample_rate, shared_inputs
 from autotune.plan.measured import MeasuredCapacity, capacity_of
 from autotune.plan.rates import Rates, duration_text, traffic_rates
@@ -48,7 +49,9 @@ __all__ = [
     "build_plan",
     "capacity_of",
     "check_settings",
+    "deployment_for",
     "duration_text",
+    "plan_deployments",
     "plan_for_run",
     "plan_settings",
     "replicas_for",

@@ -4,45 +4,11 @@ readings at capacity, the plan), and `autotune plan --run` makes it again from t
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
-import yaml
-from click.testing import CliRunner
+from plan_run import REPLAYED, SAMPLE, run
 
-from autotune.cli import cli
-from autotune.policy import DEFAULT_POLICY_PATH
 from autotune.store import Store
-
-SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "small.jsonl"
-REPLAYED = 30  # replay.max_requests of the quick policy
-
-
-def run(*args: str | Path) -> tuple[int, str, str]:
-    result = CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
-    return result.exit_code, result.stdout, result.stderr
-
-
-@pytest.fixture(scope="module")
-def tuned(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
-    """One quick pass over examples/small.jsonl: (database URL, run id)."""
-    tmp = tmp_path_factory.mktemp("plan")
-    data = yaml.safe_load(DEFAULT_POLICY_PATH.read_text())
-    data["budget"]["trials"] = 2
-    data["replay"]["max_requests"] = REPLAYED
-    data["replay"]["warmup_requests"] = 4
-    policy = tmp / "quick.yaml"
-    policy.write_text(yaml.safe_dump(data))
-    db = f"sqlite:///{tmp / 'autotune.db'}"
-    code, out, err = run("start", "--traffic", SAMPLE, "--policy", policy, "--db", db,
-                         "--once", "--export-dir", tmp / "exports")
-    assert code == 0, err
-    assert "plan: " in out
-    store = Store.open(db)
-    try:
-        return db, store.runs()[0].id
-    finally:
-        store.close()
 
 
 def test_the_pass_stores_the_mixed_readings_and_the_plan(tuned: tuple[str, str]) -> None:
