@@ -63,10 +63,10 @@ def check_settings(settings: PlanSettings) -> None:
                 or k <= 0:
             raise PlanError(f"{settings.growth_source}: growth factors must be positive "
                             f"numbers (2 = twice the traffic), got {k!r}")
-    if settings.gpus_per_replica < 1:
+    if settings.gpus_per_replica < 0:
         raise PlanError(f"serve.gpus_per_replica (or hardware.count) is "
-                        f"{settings.gpus_per_replica}: a plan counts GPUs, set it to the GPUs "
-                        "one replica takes")
+                        f"{settings.gpus_per_replica}: give the GPUs one replica takes (0 for a "
+                        "replica on CPUs)")
 
 
 @dataclass(frozen=True)
@@ -165,6 +165,12 @@ class Plan:
                     f"({_replicas(t['recommended_replicas'])}){at}; no baseline meets the SLO "
                     "at any rate measured, so no saving can be stated")
         partial = len([w for w in self.planned if w.baseline_sizing]) < len(self.planned)
+        if self.settings.gpus_per_replica == 0:
+            return (f"{_replicas(t['replicas_saved'])} saved{at}: recommended configs "
+                    f"{_replicas(t['recommended_replicas'])}, baseline "
+                    f"{_replicas(t['baseline_replicas'])} (a replica takes no GPU: "
+                    "serve.gpus_per_replica is 0)"
+                    + (" (over the workloads the baseline can serve)" if partial else ""))
         return (f"{t['gpus_saved']} GPUs saved ({_replicas(t['replicas_saved'])}){at}: "
                 f"recommended configs {t['recommended_gpus']} GPUs, baseline "
                 f"{t['baseline_gpus']} GPUs"

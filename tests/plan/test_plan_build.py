@@ -130,3 +130,11 @@ def test_counts_whose_ranges_overlap_are_within_noise() -> None:
     row = plan.shared.rows[0]
     assert row.split_gpus != row.shared_sizing.gpus if row.shared_sizing else False
     assert row.fewer == "within noise" and "within noise" in row.verdict
+
+
+def test_replicas_on_cpus_are_planned_in_replicas() -> None:
+    plan = build_plan([workload("code", 2.0, 2.5, 0.5)], [], settings(gpus_per_replica=0),
+                      run_id="r", backend="vllm")
+    assert plan.totals(0)["gpus_saved"] == 0 and plan.totals(0)["replicas_saved"] == 2
+    assert plan.headline().startswith("2 replicas saved: recommended configs 1 replica, "
+                                      "baseline 3 replicas")
