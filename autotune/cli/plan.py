@@ -70,12 +70,8 @@ def plan(run_id: str | None, growth: list[float] | None, headroom: float | None,
 def pick_exported(store: Any, workload: str, *, force: bool,
                   with_plan: bool) -> tuple[Any, Any]:
     """The recommendation ``export`` writes for ``workload`` and, ``with_plan``, its
-    :class:`~autotune.export.Deployment` (None when its run's plan has none: said on stderr).
-
-    A newest result that is infeasible only because one replica cannot serve the rate is what
-    a plan is for: with a plan that sizes it, it is exported with its replicas, no --force."""
-    from autotune.export import pick_for_export
-    from autotune.plan import deployment_for
+    deployment (:func:`autotune.plan.pick_export`); warnings and notes on stderr."""
+    from autotune.plan import pick_export
 
     history = store.recommendations(workload, history=True)
     if not history:
@@ -84,22 +80,14 @@ def pick_exported(store: Any, workload: str, *, force: bool,
             "no recommendations yet; run: autotune start --traffic SAMPLE --once"
         raise click.BadParameter(f"no recommendation for {workload!r}; {hint}",
                                  param_hint="--workload")
-    newest = history[0]
-    planned = deployment_for(store, newest) if newest.status == "infeasible" else None
-    sized = planned is not None and not isinstance(planned, str)
-    rec = pick_for_export(history, store.active_recommendation(workload), workload,
-                          force=force or sized)
-    if rec.status == "infeasible":
-        why = ("one replica cannot serve its rate; the plan gives it the replicas it needs"
-               if sized else "--force")
-        click.echo(f"warning: exporting infeasible #{rec.id} ({why}): {rec.reason}", err=True)
+    picked = pick_export(store, history, workload, force=force)
+    if picked.warning:
+        click.echo(f"warning: {picked.warning}", err=True)
     if not with_plan:
-        return rec, None
-    deployment = planned if sized and rec is newest else deployment_for(store, rec)
-    if isinstance(deployment, str):
-        click.echo(f"note: no replica count: {deployment}", err=True)
-        return rec, None
-    return rec, deployment
+        return picked.rec, None
+    if picked.note:
+        click.echo(f"note: {picked.note}", err=True)
+    return picked.rec, picked.deployment
 
 
 def export_production_stack(store: Any, run_id: str | None) -> str:

@@ -26,7 +26,7 @@ from autotune.plan.build import (
     build_plan,
     check_settings,
 )
-from autotune.plan.deploy import deployment_for, plan_deployments
+from autotune.plan.deploy import ExportPick, deployment_for, pick_export, plan_deployments
 from autotune.plan.inputs import MIXED, plan_for_run, plan_settings, sample_rate, shared_inputs
 from autotune.plan.measured import MeasuredCapacity, capacity_of
 from autotune.plan.rates import Rates, duration_text, traffic_rates
@@ -35,6 +35,7 @@ from autotune.plan.sizing import Sizing, replicas_for, size_for
 
 __all__ = [
     "MIXED",
+    "ExportPick",
     "MeasuredCapacity",
     "Plan",
     "PlanSettings",
@@ -51,6 +52,7 @@ __all__ = [
     "check_settings",
     "deployment_for",
     "duration_text",
+    "pick_export",
     "plan_deployments",
     "plan_for_run",
     "plan_settings",

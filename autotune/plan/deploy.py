@@ -9,13 +9,15 @@ config meets its SLO at any rate, or never measured) is left out, with the reaso
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from autotune.errors import PlanError
-from autotune.export import Deployment
+from autotune.export import Deployment, pick_for_export
 from autotune.plan.build import Plan, WorkloadPlan
 from autotune.plan.inputs import plan_for_run
 from autotune.store import RecommendationRecord, Store
 
-__all__ = ["deployment_for", "plan_deployments"]
+__all__ = ["ExportPick", "deployment_for", "pick_export", "plan_deployments"]
 
 
 def _why(plan: Plan, w: WorkloadPlan, i: int) -> str:
@@ -71,3 +73,36 @@ def deployment_for(store: Store, rec: RecommendationRecord) -> Deployment | str:
     deployments, _ = plan_deployments(store, plan)
     return next((d for d in deployments if d.rec.id == rec.id),
                 f"recommendation #{rec.id} is not the one the plan of run {rec.run} sizes")
+
+
+@dataclass(frozen=True)
+class ExportPick:
+    """What ``export`` writes for one workload: the recommendation, its deployment (None when
+    its run's plan has none), and what to tell the user (``warning``, ``note``: "" for none)."""
+
+    rec: RecommendationRecord
+    deployment: Deployment | None
+    warning: str
+    note: str
+
+
+def pick_export(store: Store, history: list[RecommendationRecord], workload: str, *,
+                force: bool) -> ExportPick:
+    """The recommendation ``export`` writes (:func:`~autotune.export.pick_for_export`) with
+    its replicas. A newest result that is infeasible only because one replica cannot serve the
+    rate is what a plan is for: when the plan of its run sizes it, it is exported with its
+    replicas, no ``--force`` needed. ``history``: the workload's, newest first."""
+    newest = history[0]
+    planned = deployment_for(store, newest) if newest.status == "infeasible" else None
+    sized = isinstance(planned, Deployment)
+    rec = pick_for_export(history, store.active_recommendation(workload), workload,
+                          force=force or sized)
+    warning = ""
+    if rec.status == "infeasible":
+        why = ("one replica cannot serve its rate; the plan gives it the replicas it needs"
+               if sized else "--force")
+        warning = f"exporting infeasible #{rec.id} ({why}): {rec.reason}"
+    found = planned if sized and rec.id == newest.id else deployment_for(store, rec)
+    if isinstance(found, str):
+        return ExportPick(rec, None, warning, f"no replica count: {found}")
+    return ExportPick(rec, found, warning, "")

@@ -107,3 +107,35 @@ def test_production_stack_with_a_workload_is_refused(tuned: tuple[str, str]) -> 
     code, out, err = run("export", "--format", "production-stack", "--workload", "code",
                          "--db", db)
     assert code == 2 and "--workload" in err and out == ""
+
+
+def test_an_infeasible_workload_the_plan_sizes_is_exported_with_its_replicas(
+        tuned: tuple[str, str], tmp_path: Path) -> None:
+    import sqlite3
+    from contextlib import closing
+
+    from sqlalchemy import create_engine, text
+
+    db, run_id = tuned
+    copy = tmp_path / "copy.db"
+    with closing(sqlite3.connect(db.removeprefix("sqlite:///"))) as src, \
+            closing(sqlite3.connect(copy)) as dst:
+        src.backup(dst)  # the whole database, its write-ahead log included
+    url = f"sqlite:///{copy}"
+    store = Store.open(url)
+    try:
+        w = plan_for_run(store, run_id).planned[0]
+    finally:
+        store.close()
+    # the newest result of the workload made infeasible for one replica (capacity below 1x)
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE autotune_recommendations SET status = 'infeasible', "
+                          "reason = 'infeasible: needs 2 replicas' WHERE workload = :w"),
+                     {"w": w.workload})
+    engine.dispose()
+    code, out, err = run("export", "--workload", w.workload, "--format", "vllm-args",
+                         "--db", url)
+    assert code == 0, err
+    assert "the plan gives it the replicas it needs" in err
+    assert f"# replicas: {w.recommended_sizing[0].replicas} of this command" in out
