@@ -56,15 +56,11 @@ from typing import NamedTuple
 
 from autotune.backends import Replica
 from autotune.orchestrate.capacity_window import SETTLE_LIFETIMES, settle_margin, window_requests
-from autotune.slo import KEPT_UP, MAX_SCALE, MIN_SCALE, values_to_bound
+from autotune.slo import KEPT_UP, MAX_SCALE, MIN_SCALE, RESOLUTION, values_to_bound
 from autotune.types import CapacityHint, Measurement, Progress, ReplaySchedule, Request, Slo
 
 __all__ = ["KEPT_UP", "MAX_SCALE", "MIN_SCALE", "RESOLUTION", "kept_up", "replay_at_capacity",
            "replay_margin"]
-
-#: The capacity search stops refining once the highest rate met and the lowest missed are
-#: within this fraction of each other.
-RESOLUTION = 0.02
 
 #: :func:`replay_margin` of a replay that missed the SLO by failed requests, not by a p99.
 FAILED_MARGIN = math.log(2.0)
