@@ -161,9 +161,9 @@ def _tag(scale: float, tried: dict[float, _Replay], feasible: bool, at_target: _
     """The replay at ``scale``, tagged with the scale it ran at and how much of the rate it
     kept up with; with what the replay at the target rate (the schedule's own ``time_scale``)
     measured: ``target_*`` p99s, failures and keeping up, which say by how much a config
-    misses the SLO at the rate it must serve; and with every replay's decode aggregates
-    (``replay{i}_*``): the same replica at several loads profiles its step time at several
-    batch sizes."""
+    misses the SLO at the rate it must serve; and with every replay's decode aggregates and
+    p99s (``replay{i}_*``): the same replica at several loads profiles its step time at
+    several batch sizes, and its tail at several rates (:mod:`autotune.predict.tail`)."""
     m = tried[scale].measurement
     check = at_target.measurement.slo_check(slo)
     extra = {**m.extra, "load_scale": scale, "capacity_replays": float(len(tried)),
@@ -173,8 +173,11 @@ def _tag(scale: float, tried: dict[float, _Replay], feasible: bool, at_target: _
              "target_kept_up": at_target.kept_up}
     for i, (s, replayed) in enumerate(sorted(tried.items())):
         decode, tokens, span = replayed.measurement.decode_totals()
+        p99 = replayed.measurement.slo_check(slo)
         extra.update({f"replay{i}_scale": s, f"replay{i}_decode_time_s": decode,
-                      f"replay{i}_decode_tokens": tokens, f"replay{i}_duration_s": span})
+                      f"replay{i}_decode_tokens": tokens, f"replay{i}_duration_s": span,
+                      f"replay{i}_itl_p99_ms": p99.itl_p99_ms,
+                      f"replay{i}_ttft_p99_ms": p99.ttft_p99_ms})
     return replace(m, extra=extra)
 
 

@@ -317,4 +317,4 @@ def trace_replay_latency(wl: WorkloadModel, grid: ConfigGrid, cost: StepCostMode
     feasible = kv_ok & np.isfinite(end).all(axis=1) & (grid.tok >= grid.seqs)
     return PredictedLatency(feasible, durations * math.exp(factors.itl), weights,
                             first_token - tr.arrival, (end - first_token) / tr.decode_steps,
-                            end)
+                            end, stall_from=GRID)

@@ -1,0 +1,368 @@
+"""The SLO's tail at a rate: what p99 TTFT and p99 ITL a reading will measure, as a distribution.
+
+For a config and an arrival rate (× the sample's; the concurrency in a closed loop) the
+:class:`TailModel` predicts the p99 TTFT and p99 ITL one reading measures, as a median with an
+interval and the chance each meets its bound. Three layers, each a mechanism:
+
+1. **Physics** (the replica model, :mod:`autotune.predict.replica`, with the step cost and
+   factors the predictor fitted). The ITL gaps are a mixture: decode-only steps, whose time
+   grows with the decoding batch at each moment of the replay, and steps that carry a prefill
+   chunk, which last longer and stall every sequence decoding beside them. How many gaps are
+   stalled follows from the prompts, the arrival rate, ``max_num_batched_tokens`` and the
+   batch (each busy period of the prefill queue packs its prompts into full-budget chunks plus
+   one partial chunk). The TTFT is each request's queue wait and its own prefill.
+2. **Sampling** (:func:`_p99_cdf`). A measured p99 is an order statistic: over n gaps it
+   exceeds x when more than 1% of them do. The count above x is a sum of plain gaps, each
+   over x on its own, and stalled gaps, which come in clusters (one chunk step stalls the
+   whole decoding batch at once), so its variance is the plain count plus the batch × the
+   stalled count. Where the p99 sits between the plain steps and the stalls (the stalls are
+   about 1% of the gaps), whether a few chunk steps land among the gaps read decides it, and
+   the distribution is wide and two-humped; where it sits inside one population it is narrow.
+3. **Calibration** (:class:`_Residual`). What the physics still gets wrong is learned from every
+   reading of every rate the runs made (each trial reads several rates): the log ratio of
+   each measured p99 to the physics' median, with the sampling spread of step 2 as its known
+   noise, is a Gaussian process (a workload-wide offset, a trend in log rate, a per-config
+   effect and a reading-to-reading nugget; the last two sizes by maximum marginal likelihood
+   under a log-normal prior). Its posterior scales every gap (or TTFT) of the physics; the
+   predictive distribution integrates over it (Gauss-Hermite), so its spread shrinks as
+   readings come in, and a config already read is known better than one that was not.
+
+It reads measurements only (:class:`TailReading`: a reading's rate and its two p99s), never a
+backend.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from autotune.predict.numerics import count_le
+from autotune.predict.replica import latency, measured_ttft
+from autotune.predict.steady_state import solve_steady_state
+from autotune.predict.step_cost import StepCostModel
+from autotune.predict.workload import ConfigGrid, ReplicaFactors, WorkloadModel
+from autotune.slo import SLO_QUANTILE
+from autotune.types import Slo, TrialConfig
+
+__all__ = ["TAILS", "TailForecast", "TailModel", "TailReading", "replay_tail_keys",
+           "tail_readings"]
+
+FloatArray = npt.NDArray[np.float64]
+
+#: The two tails an SLO bounds, by the summary key of their p99 (ms).
+TAILS = ("itl_p99_ms", "ttft_p99_ms")
+#: Prior sd (log) of the calibration's workload-wide offset and of its trend per unit log rate.
+_OFFSET_SD, _TREND_SD = 0.5, 0.25
+#: The log-normal prior of the per-config and reading-to-reading error sizes: median, sd (log).
+_SIZE_PRIOR = (0.1, 1.0)
+_SIZES = np.geomspace(0.01, 1.0, 13)
+#: Gauss-Hermite nodes over the calibration's posterior, and points of the p99's x grid.
+_NODES, _POINTS = 9, 240
+#: What an unbounded step or wait (an unstable queue) counts as (s).
+_UNBOUNDED_S = 1e6
+#: A reading's sampling sd (log) is at least this (a p99 printed to the millisecond, drift).
+_MIN_SAMPLING_SD = 0.01
+
+
+def replay_tail_keys(i: int) -> tuple[str, str]:
+    """The summary keys of reading i's p99s (``replay{i}_itl_p99_ms``, ``replay{i}_ttft_p99_ms``),
+    written by the capacity reading next to its decode aggregates."""
+    return f"replay{i}_itl_p99_ms", f"replay{i}_ttft_p99_ms"
+
+
+@dataclass(frozen=True)
+class TailReading:
+    """One reading's measured p99s (ms; NaN: not measured) at ``scale`` × the sample's rate
+    (a closed loop's readings all have the policy's scale)."""
+
+    config: TrialConfig
+    scale: float
+    itl_p99_ms: float
+    ttft_p99_ms: float
+
+    def value(self, tail: str) -> float:
+        return self.itl_p99_ms if tail == "itl_p99_ms" else self.ttft_p99_ms
+
+
+def _num(summary: Mapping[str, Any], key: str) -> float:
+    v = summary.get(key)
+    return float(v) if isinstance(v, int | float) and math.isfinite(v) and v > 0 else math.nan
+
+
+def tail_readings(config: TrialConfig, summary: Mapping[str, Any], target: float,
+                  max_replays: int = 16) -> tuple[TailReading, ...]:
+    """Every reading of a trial's summary with p99s: each ``replay{i}`` of a capacity reading
+    that recorded them (:func:`replay_tail_keys`), else the kept reading (at ``load_scale``)
+    and the reading at the rate to serve (``target``, the ``target_*`` p99s); without a
+    capacity reading, the one replay at ``target``."""
+    out: dict[float, TailReading] = {}
+    for i in range(max_replays):
+        scale = _num(summary, f"replay{i}_scale")
+        if not math.isfinite(scale):
+            break
+        itl, ttft = (_num(summary, k) for k in replay_tail_keys(i))
+        if math.isfinite(itl) or math.isfinite(ttft):
+            out[scale] = TailReading(config, scale, itl, ttft)
+    if out:
+        return tuple(out[s] for s in sorted(out))
+    kept = _num(summary, "load_scale")
+    if not math.isfinite(kept):
+        kept = target
+    out[kept] = TailReading(config, kept, _num(summary, "itl_p99_ms"),
+                            _num(summary, "ttft_p99_ms"))
+    at_target = TailReading(config, target, _num(summary, "target_itl_p99_ms"),
+                            _num(summary, "target_ttft_p99_ms"))
+    if target not in out and (math.isfinite(at_target.itl_p99_ms)
+                              or math.isfinite(at_target.ttft_p99_ms)):
+        out[target] = at_target
+    return tuple(out[s] for s in sorted(out))
+
+
+@dataclass(frozen=True)
+class _Physics:
+    """The replica model's tail of K (config, rate) rows."""
+
+    durations: FloatArray   # (K, M) step durations (s)
+    weights: FloatArray     # (K, M) gaps lasting each
+    stall_from: int         # columns from here on stall the decoding batch together
+    cluster: FloatArray     # (K,) gaps one chunk step stalls: the decoding batch, >= 1
+    ttft: FloatArray        # (K, N) measured requests' TTFT (s)
+    feasible: npt.NDArray[np.bool_]
+
+
+def _physics(wl: WorkloadModel, configs: Sequence[TrialConfig], scales: FloatArray,
+             cost: StepCostModel, factors: ReplicaFactors) -> _Physics:
+    grid = ConfigGrid.of(configs)
+    closed = wl.mode == "closed"
+    st = solve_steady_state(wl, grid, cost, factors, None if closed else scales * wl.base_rate)
+    lat = latency(wl, grid, cost, factors, st, scales)
+    # an unstable queue's steps and waits are unbounded: a large finite time keeps the counts
+    # well defined (such a row misses every bound)
+    return _Physics(_finite(lat.durations), _finite(lat.weights), lat.stall_from,
+                    np.maximum(_finite(st.b), 1.0), _finite(measured_ttft(wl, grid, lat, st)),
+                    lat.feasible)
+
+
+def _finite(values: FloatArray) -> FloatArray:
+    out: FloatArray = np.nan_to_num(values, nan=0.0, posinf=_UNBOUNDED_S, neginf=0.0)
+    return out
+
+
+def _weight_above(values: FloatArray, weights: FloatArray, x: FloatArray) -> FloatArray:
+    """Per row, the weight of ``values`` above each of ``x`` (K, X)."""
+    order = np.argsort(values, axis=1)
+    v = np.take_along_axis(values, order, axis=1)
+    cum = np.concatenate([np.zeros((v.shape[0], 1)),
+                          np.cumsum(np.take_along_axis(weights, order, axis=1), axis=1)], axis=1)
+    idx = count_le(v, x)
+    below = np.take_along_axis(cum, idx, axis=1)
+    out: FloatArray = cum[:, -1:] - below
+    return out
+
+
+def _p99_cdf(tail: str, ph: _Physics, x: FloatArray) -> FloatArray:
+    """P(measured p99 <= x) (x in s, (K, X)) with the physics' gaps or TTFTs as they are:
+    the count above x against the 1% allowed, a normal approximation whose variance counts
+    the stalled gaps' clusters (see the module doc)."""
+    from scipy.special import ndtr
+
+    if tail == "itl_p99_ms":
+        d, w, s = ph.durations, np.maximum(ph.weights, 0.0), ph.stall_from
+        plain = _weight_above(d[:, :s], w[:, :s], x)
+        stalled = _weight_above(d[:, s:], w[:, s:], x) if d.shape[1] > s else 0.0 * plain
+        n = w.sum(axis=1, keepdims=True)
+        mean, var = plain + stalled, plain + ph.cluster[:, None] * stalled
+    else:
+        t = ph.ttft
+        mean = var = _weight_above(t, np.ones_like(t), x)
+        n = np.full((t.shape[0], 1), float(t.shape[1]))
+    allowed = (1.0 - SLO_QUANTILE) * n
+    out: FloatArray = ndtr((allowed + 0.5 - mean) / np.sqrt(var + 0.25))
+    return out
+
+
+@dataclass(frozen=True)
+class _Spread:
+    """The physics' predictive p99 of each row at a log-normal residual scale N(mean, var)."""
+
+    log_x: FloatArray  # (K, X) grid of log p99 (s)
+    cdf: FloatArray    # (K, X) P(measured p99 <= exp(log_x))
+
+    def quantile(self, q: float) -> FloatArray:
+        out = np.empty(self.cdf.shape[0])
+        for k in range(out.size):
+            f = np.maximum.accumulate(self.cdf[k]) + 1e-12 * np.arange(self.cdf.shape[1])
+            out[k] = float(np.interp(q, f, self.log_x[k]))
+        return out
+
+    def at(self, log_x: float) -> FloatArray:
+        out = np.empty(self.cdf.shape[0])
+        for k in range(out.size):
+            out[k] = float(np.interp(log_x, self.log_x[k], self.cdf[k], left=0.0, right=1.0))
+        return out
+
+
+def _spread(tail: str, ph: _Physics, mean: FloatArray, var: FloatArray) -> _Spread:
+    """The measured p99's distribution when every gap (or TTFT) is scaled by exp(r),
+    r ~ N(mean, var) per row: the sampling CDF averaged over Gauss-Hermite nodes of r."""
+    values = ph.durations if tail == "itl_p99_ms" else ph.ttft
+    positive = np.where(values > 0, values, np.nan)
+    sd = np.sqrt(var)
+    lo = np.log(np.nanmin(positive, axis=1)) + mean - 4.0 * sd - 0.7
+    hi = np.log(np.nanmax(positive, axis=1)) + mean + 4.0 * sd + 0.7
+    lo, hi = np.nan_to_num(lo, nan=-12.0), np.nan_to_num(hi, nan=0.0)
+    log_x = lo[:, None] + (hi - lo)[:, None] * np.linspace(0.0, 1.0, _POINTS)[None, :]
+    nodes, weights = np.polynomial.hermite_e.hermegauss(_NODES)
+    weights = weights / weights.sum()
+    cdf = np.zeros_like(log_x)
+    for z, pi in zip(nodes, weights, strict=True):
+        r = mean + sd * z
+        cdf += pi * _p99_cdf(tail, ph, np.exp(log_x - r[:, None]))
+    return _Spread(log_x, cdf)
+
+
+@dataclass(frozen=True)
+class _Residual:
+    """The calibration of one tail: log(measured / physics median) as a Gaussian process over
+    readings (offset + trend in log rate + per-config effect + nugget), each reading's
+    sampling variance its own noise. Predicts the residual of a new reading (mean, var)."""
+
+    configs: tuple[TrialConfig, ...]
+    z: FloatArray          # log rate of each reading (centred)
+    centre: float
+    alpha: FloatArray      # K⁻¹ e
+    chol: FloatArray       # Cholesky factor of K
+    config_sd: float
+    nugget_sd: float
+
+    @classmethod
+    def fit(cls, configs: Sequence[TrialConfig], log_rate: FloatArray, error: FloatArray,
+            noise_var: FloatArray) -> _Residual:
+        centre = float(log_rate.mean()) if log_rate.size else 0.0
+        z = log_rate - centre
+        same = np.asarray([[a == b for b in configs] for a in configs], dtype=np.float64)
+        base = _OFFSET_SD**2 + _TREND_SD**2 * np.outer(z, z)
+        best: tuple[float, float, float] | None = None
+        median, prior_sd = _SIZE_PRIOR
+        for tau in _SIZES:
+            for sigma in _SIZES:
+                cov = base + tau**2 * same + np.diag(sigma**2 + noise_var)
+                try:
+                    chol = np.linalg.cholesky(cov)
+                except np.linalg.LinAlgError:
+                    continue
+                a = np.linalg.solve(chol, error)
+                score = (-0.5 * float(a @ a) - float(np.log(np.diag(chol)).sum())
+                         - 0.5 * (math.log(tau / median) / prior_sd) ** 2
+                         - 0.5 * (math.log(sigma / median) / prior_sd) ** 2)
+                if best is None or score > best[0]:
+                    best = (score, float(tau), float(sigma))
+        _, tau, sigma = best if best is not None else (0.0, median, median)
+        cov = base + tau**2 * same + np.diag(sigma**2 + noise_var)
+        chol = np.linalg.cholesky(cov) if error.size else np.zeros((0, 0))
+        alpha: FloatArray = (np.linalg.solve(chol.T, np.linalg.solve(chol, error)) if error.size
+                             else np.zeros(0))
+        return cls(tuple(configs), z, centre, alpha, np.asarray(chol, dtype=np.float64), tau, sigma)
+
+    def predict(self, configs: Sequence[TrialConfig], log_rate: FloatArray
+                ) -> tuple[FloatArray, FloatArray]:
+        """Mean and variance of a new reading's log residual at each (config, log rate)."""
+        z = log_rate - self.centre
+        prior = (_OFFSET_SD**2 + _TREND_SD**2 * z**2 + self.config_sd**2 + self.nugget_sd**2)
+        if not self.configs:
+            return np.zeros(len(configs)), prior
+        same = np.asarray([[a == b for b in self.configs] for a in configs], dtype=np.float64)
+        cross = _OFFSET_SD**2 + _TREND_SD**2 * np.outer(z, self.z) + self.config_sd**2 * same
+        mean = cross @ self.alpha
+        v = np.linalg.solve(self.chol, cross.T)
+        var = np.maximum(prior - (v * v).sum(axis=0), self.nugget_sd**2)
+        return mean, var
+
+
+@dataclass(frozen=True)
+class TailForecast:
+    """Per (config, rate) row: the p99s a reading will measure (ms) — median and the
+    interval of ``level`` — and the chance each, and both, meet the SLO's bounds (1 where the
+    SLO has no such bound)."""
+
+    configs: tuple[TrialConfig, ...]
+    scales: FloatArray
+    level: float
+    median: Mapping[str, FloatArray]
+    low: Mapping[str, FloatArray]
+    high: Mapping[str, FloatArray]
+    chance: Mapping[str, FloatArray]
+
+    @property
+    def chance_met(self) -> FloatArray:
+        """The chance both tails meet their bounds (the two taken as independent)."""
+        out: FloatArray = np.prod(np.vstack([self.chance[t] for t in TAILS]), axis=0)
+        return out
+
+
+class TailModel:
+    """The tail's predictive distribution for one workload (see the module doc), fitted to
+    ``readings`` on the replica model with the predictor's fitted ``cost`` and ``factors``."""
+
+    def __init__(self, workload: WorkloadModel, cost: StepCostModel, factors: ReplicaFactors,
+                 slo: Slo, residuals: Mapping[str, _Residual]) -> None:
+        self.workload, self.cost, self.factors, self.slo = workload, cost, factors, slo
+        self.residuals = residuals
+
+    @classmethod
+    def fit(cls, workload: WorkloadModel, cost: StepCostModel, factors: ReplicaFactors,
+            slo: Slo, readings: Sequence[TailReading]) -> TailModel:
+        """Calibrate both tails on ``readings`` (those the physics can replay)."""
+        rows = list(readings)
+        residuals: dict[str, _Residual] = {}
+        ph = _physics(workload, [r.config for r in rows], _scales(workload, rows), cost,
+                      factors) if rows else None
+        for tail in TAILS:
+            keep, error, noise = [], [], []
+            if ph is not None:
+                zero = np.zeros(len(rows))
+                spread = _spread(tail, ph, zero, zero)
+                med, q16, q84 = (spread.quantile(q) for q in (0.5, 0.16, 0.84))
+                for i, r in enumerate(rows):
+                    y = r.value(tail)
+                    if math.isfinite(y) and y > 0 and np.isfinite([med[i], q16[i], q84[i]]).all():
+                        keep.append(i)
+                        error.append(math.log(y / 1000.0) - med[i])
+                        noise.append(max((q84[i] - q16[i]) / 2.0, _MIN_SAMPLING_SD) ** 2)
+            residuals[tail] = _Residual.fit(
+                [rows[i].config for i in keep], np.log(_scales(workload, [rows[i] for i in keep])),
+                np.asarray(error), np.asarray(noise))
+        return cls(workload, cost, factors, slo, residuals)
+
+    def predict(self, configs: Sequence[TrialConfig], scales: Sequence[float],
+                level: float = 0.9) -> TailForecast:
+        """The forecast of a reading of each ``configs[i]`` at ``scales[i]`` × the sample's
+        rate (ignored in a closed loop)."""
+        rows = [TailReading(c, float(s), math.nan, math.nan)
+                for c, s in zip(configs, scales, strict=True)]
+        scale = _scales(self.workload, rows)
+        ph = _physics(self.workload, list(configs), scale, self.cost, self.factors)
+        tail_q = (1.0 - level) / 2.0
+        median, low, high, chance = {}, {}, {}, {}
+        for tail in TAILS:
+            mean, var = self.residuals[tail].predict(list(configs), np.log(scale))
+            spread = _spread(tail, ph, mean, var)
+            median[tail] = np.exp(spread.quantile(0.5)) * 1000.0
+            low[tail] = np.exp(spread.quantile(tail_q)) * 1000.0
+            high[tail] = np.exp(spread.quantile(1.0 - tail_q)) * 1000.0
+            bound = getattr(self.slo, tail)
+            chance[tail] = (np.ones(len(rows)) if bound is None
+                            else spread.at(math.log(bound / 1000.0)))
+        return TailForecast(tuple(configs), scale, level, median, low, high, chance)
+
+
+def _scales(wl: WorkloadModel, rows: Sequence[TailReading]) -> FloatArray:
+    """Each reading's arrival scale (the policy's in a closed loop: one load per config)."""
+    if wl.mode == "closed":
+        return np.full(len(rows), wl.time_scale)
+    return np.asarray([r.scale for r in rows], dtype=np.float64)
