@@ -38,3 +38,6 @@ class PredictedLatency:
     #: columns of ``durations`` from this one on are steps that carry a prefill chunk (they
     #: stall every sequence decoding beside them at once); the columns before are decode-only
     stall_from: int = 1
+    #: (K, N) the part of each TTFT spent waiting (for a slot, in the prefill queue), not
+    #: prefilling its own prompt
+    wait: FloatArray | None = None

@@ -71,10 +71,12 @@ def latency(wl: WorkloadModel, grid: ConfigGrid, cost: StepCostModel, factors: R
 
 
 def measured_ttft(wl: WorkloadModel, grid: ConfigGrid, lat: PredictedLatency,
-                  st: SteadyState) -> FloatArray:
-    """(K, measured requests) TTFT (s) of the requests a replay measures; in a closed loop, a
-    concurrency above ``max_num_seqs`` waits for a slot at the completion rate first."""
-    ttft = lat.ttft[:, wl.measured]
+                  st: SteadyState, *, wait: bool = False) -> FloatArray:
+    """(K, measured requests) TTFT (s) of the requests a replay measures (with ``wait``: the
+    part of it spent waiting, not prefilling); in a closed loop, a concurrency above
+    ``max_num_seqs`` waits for a slot at the completion rate first."""
+    part = lat.wait if wait else lat.ttft
+    ttft = (np.zeros_like(lat.ttft) if part is None else part)[:, wl.measured]
     if wl.mode == "closed":
         over = np.maximum(wl.concurrency - grid.seqs, 0.0)
         ttft = ttft + (over / np.maximum(st.lam, 1e-9))[:, None]

@@ -21,9 +21,13 @@ interval and the chance each meets its bound. Three layers, each a mechanism:
 3. **Calibration** (:class:`_Residual`). What the physics still gets wrong is learned from every
    reading of every rate the runs made (each trial reads several rates): the log ratio of
    each measured p99 to the physics' median, with the sampling spread of step 2 as its known
-   noise, is a Gaussian process (a workload-wide offset, a trend in log rate, a per-config
-   effect and a reading-to-reading nugget; the last two sizes by maximum marginal likelihood
-   under a log-normal prior). Its posterior scales every gap (or TTFT) of the physics; the
+   noise, is a Gaussian process: a workload-wide offset, a trend in log rate, a per-config
+   effect, a reading-to-reading nugget, and an error in where the knee is — the model's
+   capacity off by a log factor (workload-wide and per config), which a reading feels through
+   the physics' elasticity d log p99 / d log rate there (near saturation a p99 moves many times
+   faster than the rate, far below it hardly at all). The three sizes are chosen by maximum
+   marginal likelihood under a log-normal prior. Its posterior scales every gap (or TTFT) of
+   the physics; the
    predictive distribution integrates over it (Gauss-Hermite), so its spread shrinks as
    readings come in, and a config already read is known better than one that was not.
 
@@ -41,10 +45,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from autotune.predict.numerics import count_le
+from autotune.predict.numerics import count_le, weighted_quantile
 from autotune.predict.replica import latency, measured_ttft
 from autotune.predict.steady_state import solve_steady_state
-from autotune.predict.step_cost import StepCostModel
+from autotune.predict.step_cost import UNKNOWN_HARDWARE_SD, StepCostModel
 from autotune.predict.workload import ConfigGrid, ReplicaFactors, WorkloadModel
 from autotune.slo import SLO_QUANTILE
 from autotune.types import Slo, TrialConfig
@@ -56,13 +60,18 @@ FloatArray = npt.NDArray[np.float64]
 
 #: The two tails an SLO bounds, by the summary key of their p99 (ms).
 TAILS = ("itl_p99_ms", "ttft_p99_ms")
-#: Prior sd (log) of the calibration's workload-wide offset and of its trend per unit log rate.
+#: Prior sd (log) of the calibration's workload-wide offset and of its trend per unit log rate,
+#: on hardware the facts describe (widened by UNKNOWN_HARDWARE_SD where they do not).
 _OFFSET_SD, _TREND_SD = 0.5, 0.25
 #: The log-normal prior of the per-config and reading-to-reading error sizes: median, sd (log).
 _SIZE_PRIOR = (0.1, 1.0)
-_SIZES = np.geomspace(0.01, 1.0, 13)
+_SIZES = np.geomspace(0.01, 1.0, 9)
 #: Gauss-Hermite nodes over the calibration's posterior, and points of the p99's x grid.
 _NODES, _POINTS = 9, 240
+#: The slowest share of gaps (requests) whose make-up says which part of the tail the p99 is.
+_NEAR_P99 = 0.02
+#: The step in log rate the physics' elasticity is read over, and its cap.
+_ELASTICITY_STEP, _MAX_ELASTICITY = 0.1, 20.0
 #: What an unbounded step or wait (an unstable queue) counts as (s).
 _UNBOUNDED_S = 1e6
 #: A reading's sampling sd (log) is at least this (a p99 printed to the millisecond, drift).
@@ -132,7 +141,24 @@ class _Physics:
     stall_from: int         # columns from here on stall the decoding batch together
     cluster: FloatArray     # (K,) gaps one chunk step stalls: the decoding batch, >= 1
     ttft: FloatArray        # (K, N) measured requests' TTFT (s)
+    wait: FloatArray        # (K, N) the part of it spent waiting (slot, prefill queue)
     feasible: npt.NDArray[np.bool_]
+
+    def share(self, tail: str) -> FloatArray:
+        """Per row, the share of the p99's neighbourhood (the slowest :data:`_NEAR_P99` of the
+        gaps or requests) owed to the second part of the tail: stalled gaps among the ITL
+        gaps, waiting in the TTFT."""
+        if tail == "itl_p99_ms":
+            d, w = self.durations, np.maximum(self.weights, 0.0)
+            edge = weighted_quantile(d, w, 1.0 - _NEAR_P99)[:, None]
+            near = w * (d >= edge)
+            stalled = near[:, self.stall_from:].sum(axis=1)
+            return stalled / np.maximum(near.sum(axis=1), 1e-12)
+        edge = np.quantile(self.ttft, 1.0 - _NEAR_P99, axis=1)[:, None]
+        near = self.ttft >= edge
+        share = np.clip(self.wait / np.maximum(self.ttft, 1e-12), 0.0, 1.0)
+        out: FloatArray = (share * near).sum(axis=1) / np.maximum(near.sum(axis=1), 1)
+        return out
 
 
 def _physics(wl: WorkloadModel, configs: Sequence[TrialConfig], scales: FloatArray,
@@ -145,7 +171,7 @@ def _physics(wl: WorkloadModel, configs: Sequence[TrialConfig], scales: FloatArr
     # well defined (such a row misses every bound)
     return _Physics(_finite(lat.durations), _finite(lat.weights), lat.stall_from,
                     np.maximum(_finite(st.b), 1.0), _finite(measured_ttft(wl, grid, lat, st)),
-                    lat.feasible)
+                    _finite(measured_ttft(wl, grid, lat, st, wait=True)), lat.feasible)
 
 
 def _finite(values: FloatArray) -> FloatArray:
@@ -227,60 +253,97 @@ def _spread(tail: str, ph: _Physics, mean: FloatArray, var: FloatArray) -> _Spre
 
 
 @dataclass(frozen=True)
-class _Residual:
-    """The calibration of one tail: log(measured / physics median) as a Gaussian process over
-    readings (offset + trend in log rate + per-config effect + nugget), each reading's
-    sampling variance its own noise. Predicts the residual of a new reading (mean, var)."""
+class _Sites:
+    """Where readings (or forecasts) sit for the calibration: the config, the log rate
+    (centred) and the physics' elasticity d log p99 / d log rate there."""
 
     configs: tuple[TrialConfig, ...]
-    z: FloatArray          # log rate of each reading (centred)
+    z: FloatArray
+    slope: FloatArray
+    share: FloatArray  # the p99's share owed to stalls (ITL) or waiting (TTFT): _Physics.share
+
+    def same(self, other: _Sites) -> FloatArray:
+        return np.asarray([[a == b for b in other.configs] for a in self.configs],
+                          dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class _Sizes:
+    """The calibration's error sizes (log sd): per config, per reading (the nugget), and of
+    the model's knee (its capacity's log error, carried into a p99 by its elasticity)."""
+
+    config: float
+    nugget: float
+    knee: float
+    offset: float = _OFFSET_SD
+
+    def cross(self, a: _Sites, b: _Sites) -> FloatArray:
+        """Covariance of the log residuals at ``a`` and ``b`` (the nugget excluded)."""
+        same = a.same(b)
+        parts = np.outer(a.share, b.share) + np.outer(1.0 - a.share, 1.0 - b.share)
+        out: FloatArray = (self.offset**2 * parts + _TREND_SD**2 * np.outer(a.z, b.z)
+                           + self.config**2 * same
+                           + self.knee**2 * np.outer(a.slope, b.slope) * (1.0 + same))
+        return out
+
+
+@dataclass(frozen=True)
+class _Residual:
+    """The calibration of one tail: log(measured / physics median) as a Gaussian process over
+    readings — a workload-wide offset, a trend in log rate, a per-config effect, an error in
+    where the knee is (workload-wide and per config; a reading feels it by the physics'
+    elasticity there: near saturation a p99 moves many times faster than the rate) and a
+    reading-to-reading nugget — with each reading's sampling variance as its own known noise.
+    Predicts a new reading's residual (mean, variance)."""
+
+    sites: _Sites
     centre: float
     alpha: FloatArray      # K⁻¹ e
     chol: FloatArray       # Cholesky factor of K
-    config_sd: float
-    nugget_sd: float
+    sizes: _Sizes
 
     @classmethod
-    def fit(cls, configs: Sequence[TrialConfig], log_rate: FloatArray, error: FloatArray,
-            noise_var: FloatArray) -> _Residual:
+    def fit(cls, configs: Sequence[TrialConfig], log_rate: FloatArray, slope: FloatArray,
+            share: FloatArray, error: FloatArray, noise_var: FloatArray,
+            offset: float = _OFFSET_SD) -> _Residual:
         centre = float(log_rate.mean()) if log_rate.size else 0.0
-        z = log_rate - centre
-        same = np.asarray([[a == b for b in configs] for a in configs], dtype=np.float64)
-        base = _OFFSET_SD**2 + _TREND_SD**2 * np.outer(z, z)
-        best: tuple[float, float, float] | None = None
+        sites = _Sites(tuple(configs), log_rate - centre, slope, share)
         median, prior_sd = _SIZE_PRIOR
-        for tau in _SIZES:
-            for sigma in _SIZES:
-                cov = base + tau**2 * same + np.diag(sigma**2 + noise_var)
-                try:
-                    chol = np.linalg.cholesky(cov)
-                except np.linalg.LinAlgError:
-                    continue
-                a = np.linalg.solve(chol, error)
-                score = (-0.5 * float(a @ a) - float(np.log(np.diag(chol)).sum())
-                         - 0.5 * (math.log(tau / median) / prior_sd) ** 2
-                         - 0.5 * (math.log(sigma / median) / prior_sd) ** 2)
-                if best is None or score > best[0]:
-                    best = (score, float(tau), float(sigma))
-        _, tau, sigma = best if best is not None else (0.0, median, median)
-        cov = base + tau**2 * same + np.diag(sigma**2 + noise_var)
-        chol = np.linalg.cholesky(cov) if error.size else np.zeros((0, 0))
-        alpha: FloatArray = (np.linalg.solve(chol.T, np.linalg.solve(chol, error)) if error.size
-                             else np.zeros(0))
-        return cls(tuple(configs), z, centre, alpha, np.asarray(chol, dtype=np.float64), tau, sigma)
+        best: tuple[float, _Sizes] | None = None
+        for config in _SIZES:
+            for nugget in _SIZES:
+                for knee in _SIZES:
+                    sizes = _Sizes(float(config), float(nugget), float(knee), offset)
+                    cov = sizes.cross(sites, sites) + np.diag(nugget**2 + noise_var)
+                    try:
+                        chol = np.linalg.cholesky(cov)
+                    except np.linalg.LinAlgError:
+                        continue
+                    a = np.linalg.solve(chol, error)
+                    score = (-0.5 * float(a @ a) - float(np.log(np.diag(chol)).sum())
+                             - 0.5 * sum((math.log(v / median) / prior_sd) ** 2
+                                         for v in (config, nugget, knee)))
+                    if best is None or score > best[0]:
+                        best = (score, sizes)
+        sizes = best[1] if best is not None else _Sizes(median, median, median, offset)
+        if not error.size:
+            return cls(sites, centre, np.zeros(0), np.zeros((0, 0)), sizes)
+        chol = np.linalg.cholesky(sizes.cross(sites, sites)
+                                  + np.diag(sizes.nugget**2 + noise_var))
+        alpha: FloatArray = np.linalg.solve(chol.T, np.linalg.solve(chol, error))
+        return cls(sites, centre, alpha, np.asarray(chol, dtype=np.float64), sizes)
 
-    def predict(self, configs: Sequence[TrialConfig], log_rate: FloatArray
-                ) -> tuple[FloatArray, FloatArray]:
+    def predict(self, configs: Sequence[TrialConfig], log_rate: FloatArray,
+                slope: FloatArray, share: FloatArray) -> tuple[FloatArray, FloatArray]:
         """Mean and variance of a new reading's log residual at each (config, log rate)."""
-        z = log_rate - self.centre
-        prior = (_OFFSET_SD**2 + _TREND_SD**2 * z**2 + self.config_sd**2 + self.nugget_sd**2)
-        if not self.configs:
+        at = _Sites(tuple(configs), log_rate - self.centre, slope, share)
+        prior = np.diag(self.sizes.cross(at, at)) + self.sizes.nugget**2
+        if not self.sites.configs:
             return np.zeros(len(configs)), prior
-        same = np.asarray([[a == b for b in self.configs] for a in configs], dtype=np.float64)
-        cross = _OFFSET_SD**2 + _TREND_SD**2 * np.outer(z, self.z) + self.config_sd**2 * same
-        mean = cross @ self.alpha
+        cross = self.sizes.cross(at, self.sites)
+        mean: FloatArray = cross @ self.alpha
         v = np.linalg.solve(self.chol, cross.T)
-        var = np.maximum(prior - (v * v).sum(axis=0), self.nugget_sd**2)
+        var: FloatArray = np.maximum(prior - (v * v).sum(axis=0), self.sizes.nugget**2)
         return mean, var
 
 
@@ -319,24 +382,26 @@ class TailModel:
             slo: Slo, readings: Sequence[TailReading]) -> TailModel:
         """Calibrate both tails on ``readings`` (those the physics can replay)."""
         rows = list(readings)
+        configs = [r.config for r in rows]
+        scale = _scales(workload, rows)
+        medians = _physics_medians(workload, configs, scale, cost, factors) if rows else None
         residuals: dict[str, _Residual] = {}
-        ph = _physics(workload, [r.config for r in rows], _scales(workload, rows), cost,
-                      factors) if rows else None
         for tail in TAILS:
             keep, error, noise = [], [], []
-            if ph is not None:
-                zero = np.zeros(len(rows))
-                spread = _spread(tail, ph, zero, zero)
-                med, q16, q84 = (spread.quantile(q) for q in (0.5, 0.16, 0.84))
+            if medians is not None:
+                med, q16, q84, _, _ = medians[tail]
                 for i, r in enumerate(rows):
                     y = r.value(tail)
                     if math.isfinite(y) and y > 0 and np.isfinite([med[i], q16[i], q84[i]]).all():
                         keep.append(i)
                         error.append(math.log(y / 1000.0) - med[i])
                         noise.append(max((q84[i] - q16[i]) / 2.0, _MIN_SAMPLING_SD) ** 2)
+            slope, share = ((medians[tail][3][keep], medians[tail][4][keep])
+                            if medians is not None else (np.zeros(0), np.zeros(0)))
             residuals[tail] = _Residual.fit(
-                [rows[i].config for i in keep], np.log(_scales(workload, [rows[i] for i in keep])),
-                np.asarray(error), np.asarray(noise))
+                [configs[i] for i in keep], np.log(scale[keep]), slope, share,
+                np.asarray(error), np.asarray(noise),
+                offset=_OFFSET_SD * (1.0 if cost.facts.hardware.known else UNKNOWN_HARDWARE_SD))
         return cls(workload, cost, factors, slo, residuals)
 
     def predict(self, configs: Sequence[TrialConfig], scales: Sequence[float],
@@ -347,10 +412,12 @@ class TailModel:
                 for c, s in zip(configs, scales, strict=True)]
         scale = _scales(self.workload, rows)
         ph = _physics(self.workload, list(configs), scale, self.cost, self.factors)
+        slopes = _elasticity(self.workload, list(configs), scale, self.cost, self.factors, ph)
         tail_q = (1.0 - level) / 2.0
         median, low, high, chance = {}, {}, {}, {}
         for tail in TAILS:
-            mean, var = self.residuals[tail].predict(list(configs), np.log(scale))
+            mean, var = self.residuals[tail].predict(list(configs), np.log(scale),
+                                                     slopes[tail], ph.share(tail))
             spread = _spread(tail, ph, mean, var)
             median[tail] = np.exp(spread.quantile(0.5)) * 1000.0
             low[tail] = np.exp(spread.quantile(tail_q)) * 1000.0
@@ -359,6 +426,42 @@ class TailModel:
             chance[tail] = (np.ones(len(rows)) if bound is None
                             else spread.at(math.log(bound / 1000.0)))
         return TailForecast(tuple(configs), scale, level, median, low, high, chance)
+
+
+def _physics_medians(wl: WorkloadModel, configs: Sequence[TrialConfig], scale: FloatArray,
+                     cost: StepCostModel, factors: ReplicaFactors
+                     ) -> dict[str, tuple[FloatArray, ...]]:
+    """Per tail, the physics' log median p99 (s), its 16th and 84th percentiles (sampling
+    alone), its elasticity and the p99's share owed to stalls or waiting (:meth:`_Physics.share`)
+    at each (config, rate)."""
+    ph = _physics(wl, configs, scale, cost, factors)
+    slopes = _elasticity(wl, configs, scale, cost, factors, ph)
+    zero = np.zeros(len(configs))
+    out: dict[str, tuple[FloatArray, ...]] = {}
+    for tail in TAILS:
+        spread = _spread(tail, ph, zero, zero)
+        out[tail] = (spread.quantile(0.5), spread.quantile(0.16), spread.quantile(0.84),
+                     slopes[tail], ph.share(tail))
+    return out
+
+
+def _elasticity(wl: WorkloadModel, configs: Sequence[TrialConfig], scale: FloatArray,
+                cost: StepCostModel, factors: ReplicaFactors, ph: _Physics
+                ) -> dict[str, FloatArray]:
+    """d log p99 / d log rate of the physics' median at each row (0 in a closed loop, whose
+    load is the concurrency), by a step of :data:`_ELASTICITY_STEP` in rate, at most
+    :data:`_MAX_ELASTICITY`."""
+    if wl.mode == "closed":
+        return {tail: np.zeros(len(configs)) for tail in TAILS}
+    faster = _physics(wl, configs, scale * math.exp(_ELASTICITY_STEP), cost, factors)
+    zero = np.zeros(len(configs))
+    out = {}
+    for tail in TAILS:
+        here = _spread(tail, ph, zero, zero).quantile(0.5)
+        there = _spread(tail, faster, zero, zero).quantile(0.5)
+        out[tail] = np.clip(np.nan_to_num((there - here) / _ELASTICITY_STEP), 0.0,
+                            _MAX_ELASTICITY)
+    return out
 
 
 def _scales(wl: WorkloadModel, rows: Sequence[TailReading]) -> FloatArray:

@@ -33,7 +33,7 @@ def _mixture(stalled_share: float, cluster: float) -> _Physics:
     stalled = stalled_share * GAPS
     return _Physics(durations=np.asarray([[PLAIN_S, STALL_S]]),
                     weights=np.asarray([[GAPS - stalled, stalled]]), stall_from=1,
-                    cluster=np.asarray([cluster]), ttft=np.zeros((1, 1)),
+                    cluster=np.asarray([cluster]), ttft=np.zeros((1, 1)), wait=np.zeros((1, 1)),
                     feasible=np.asarray([True]))
 
 
