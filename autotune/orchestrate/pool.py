@@ -19,10 +19,10 @@ import socket
 import time
 from collections import deque
 from collections.abc import Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
-from autotune.backends import Backend
+from autotune.backends import Backend, GreedyDecoder
 from autotune.errors import AutotuneError, BackendError
 from autotune.orchestrate.capacity import replay_at_capacity
 from autotune.orchestrate.moments import announce_moment
@@ -76,7 +76,8 @@ class Pool(Protocol):
 
 def run_trial(servers: Backend | Servers, config: TrialConfig, schedule: ReplaySchedule,
               progress: Progress | None = None) -> Measurement:
-    """Replay ``schedule`` (at capacity when it asks) on a server serving ``config``: the one
+    """Replay ``schedule`` (at capacity when it asks) and decode its output check greedily when
+    the replica returns tokens, on a server serving ``config``: the one
     ``servers`` kept when it serves that config, else a new one (from a bare backend: a new one,
     stopped after the trial). Returns the measurement, its extras charged with the trial's
     replica time (:func:`~autotune.orchestrate.servers.charged`; the start's source is
@@ -91,6 +92,8 @@ def run_trial(servers: Backend | Servers, config: TrialConfig, schedule: ReplayS
             m = replay_at_capacity(metered, schedule, schedule.capacity_slo, progress)
         else:
             m = metered.replay(schedule, progress)
+        if schedule.output_check is not None and isinstance(replica, GreedyDecoder):
+            m = replace(m, outputs=replica.decode_greedily(schedule.output_check))
     except BaseException:
         held.discard()
         raise

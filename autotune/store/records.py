@@ -19,10 +19,12 @@ from autotune.types import TrialConfig
 
 __all__ = [
     "CalibrationRecord",
+    "PlanRecord",
     "RecommendationRecord",
     "RunRecord",
     "SampleRecord",
     "TrialRecord",
+    "WorkloadStatus",
     "iso",
 ]
 
@@ -245,6 +247,32 @@ class RecommendationRecord:
 
 
 @dataclass(frozen=True)
+class WorkloadStatus:
+    """A workload's newest result: its active recommendation, else the newest recommendation
+    stored for it (infeasible, candidate, retired), else ``failed``: the newest run that tuned
+    it recommended nothing (every trial failed, or the run failed; ``reason`` says which).
+
+    ``recommendation`` is None only for ``failed``; ``at`` is when the result was made (the
+    recommendation's creation, or the run's end).
+    """
+
+    workload: str
+    status: str  # active | candidate | infeasible | retired | failed
+    reason: str
+    run: str
+    at: datetime | None
+    recommendation: RecommendationRecord | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The recommendation's JSON form; for ``failed``, the same keys that say what
+        happened (workload, status, reason, run, created_at) and ``id`` null."""
+        if self.recommendation is not None:
+            return self.recommendation.to_json()
+        return {"id": None, "workload": self.workload, "status": self.status,
+                "reason": self.reason, "run": self.run, "created_at": iso(self.at)}
+
+
+@dataclass(frozen=True)
 class CalibrationRecord:
     """A confidence-head calibration a guided search fitted, with its errors."""
 
@@ -260,3 +288,17 @@ class CalibrationRecord:
         return {"workload": self.workload, "run": self.run, "method": self.method,
                 "params": dict(self.params), "ece_before": self.ece_before,
                 "ece_after": self.ece_after, "created_at": iso(self.created_at)}
+
+
+@dataclass(frozen=True)
+class PlanRecord:
+    """A run's stored plan: the inputs it reads besides the trials (``inputs``: each
+    workload's replayed arrival times), the mixed sample's readings (``shared``: config and
+    metrics each) and the plan the pass made (None until it made one)."""
+
+    run: str
+    inputs: Mapping[str, Any]
+    shared: tuple[Mapping[str, Any], ...]
+    plan: Mapping[str, Any] | None
+    created_at: datetime | None
+    updated_at: datetime | None
