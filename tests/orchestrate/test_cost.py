@@ -250,3 +250,17 @@ def test_a_budget_of_zero_or_below_is_an_error_naming_the_key(
     assert "budget.gpu_hours" in result.stderr and "greater than 0" in result.stderr
     assert "Traceback" not in result.stderr
     assert not db.exists()  # nothing written
+
+
+def test_the_pass_output_says_what_it_cost_and_why_the_budget_ended_it() -> None:
+    from autotune.ui.pass_report import cost_notes
+
+    cost = pass_cost([("chat", {**TrialCost(480.0, 300.0, 8).metrics(), SOURCE: "profile"}),
+                      ("code", {**TrialCost(0.0, 120.0, 8).metrics(), SOURCE: REUSED})])
+    cost.update(backend="sim", gpus_per_replica=8)
+    lines = cost_notes(cost, "budget.gpu_hours (3) would be overrun")
+    assert lines[0].startswith("cost: ") and "2 trials, 1 server start" in lines[0]
+    assert "chat 1.73" in lines[0] and "code 0.267" in lines[0]  # (480+300)/3600x8, 120/3600x8
+    assert "simulated" in lines[0] and "8 GPUs" in lines[0]
+    assert lines[1].startswith("budget: the pass ended early") and "budget.gpu_hours" in lines[1]
+    assert cost_notes({}) == []
