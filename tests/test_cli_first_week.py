@@ -59,6 +59,8 @@ def test_recommendations_without_an_active_one_show_the_newest_result(
         assert f"{workload} #" in text and "(infeasible, no active recommendation): infeasible:" \
             in text, out
     assert text.count("infeasible") >= 6  # a row and a note per workload
+    code, out, _ = run("recommendations", "--db", db, "--workload", "nope")
+    assert code == 0 and "no result for workload 'nope' yet; run: autotune start" in out
     code, out, _ = run("recommendations", "--db", db, "--format", "json")
     rows = json.loads(out)
     assert [r["workload"] for r in rows] == ["chat", "code", "math"]

@@ -376,8 +376,12 @@ def recommendations(workload: str | None, history: bool, db: str | None, fmt: st
     statuses = store.workload_statuses(workload)
     if fmt == "json":
         print_json(statuses)
-    else:
-        print_table(*recommendations_table(statuses, wide=wide), wide=wide)
+        return
+    table, notes = recommendations_table(statuses, wide=wide)
+    if not statuses:
+        notes.append((f"no result for workload {workload!r} yet" if workload else
+                      "no result yet") + "; run: autotune start --traffic SAMPLE --once")
+    print_table(table, notes, wide=wide)
 
 
 @cli.command()
