@@ -17,6 +17,7 @@ ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "redact": set(),
     "slo": set(),
+    "cost": set(),
     "types": {"slo"},
     "objective": {"slo", "types"},
     "policy": _BASE,
@@ -28,14 +29,14 @@ ALLOWED: dict[str, set[str]] = {
     "predict": _BASE | {"acceptance"},
     "search": _BASE | {"acceptance", "objective", "policy", "predict"},
     "recommend": _BASE | {"acceptance", "export", "objective", "policy", "store"},
-    "orchestrate": _BASE | {"acceptance", "backends", "export", "objective", "policy",
+    "orchestrate": _BASE | {"acceptance", "backends", "cost", "export", "objective", "policy",
                             "recommend", "search", "store", "traffic"},
-    "report": _BASE | {"export", "store"},
+    "report": _BASE | {"cost", "export", "store"},
     "daemon": _BASE | {"export", "orchestrate", "store", "traffic"},
-    "ui": _BASE | {"objective", "orchestrate", "policy", "recommend", "search", "store",
+    "ui": _BASE | {"cost", "objective", "orchestrate", "policy", "recommend", "search", "store",
                    "traffic"},
-    "cli": _BASE | {"backends", "daemon", "export", "orchestrate", "policy", "report", "store",
-                    "traffic", "ui"},
+    "cli": _BASE | {"backends", "cost", "daemon", "export", "orchestrate", "policy", "report",
+                    "store", "traffic", "ui"},
 }
 
 

@@ -171,6 +171,12 @@ def _tune_options(traffic: Path, *, policy_path: Path | None, backend: str,
         backend_options["endpoint"] = endpoint  # in memory only; shown and stored redacted
         err.print(f"attached to {redact_url(endpoint)}: no restarts, so tuning covers only "
                   "what that server was started with")
+    if ray_address:
+        # A cluster that is not there, or refuses this machine's token, stops the command
+        # here, before the database is created or written.
+        from autotune.orchestrate.ray_join import check_cluster
+
+        check_cluster(ray_address, "--ray-address")
     return TuneOptions(traffic=traffic, policy=policy, backend=backend,
                        backend_options=backend_options, seed=seed, skip_invalid=skip_invalid,
                        export_dir=export_dir, replicas=replicas, ray_address=ray_address)
@@ -322,7 +328,7 @@ def runs(db: str | None, fmt: str, limit: int | None, wide: bool) -> None:
     from autotune.ui import print_json, print_table, runs_table
 
     rows = _open_store(db, read_only=True).runs(limit)
-    print_json(rows) if fmt == "json" else print_table(runs_table(rows, wide=wide), wide=wide)
+    print_json(rows) if fmt == "json" else print_table(*runs_table(rows, wide=wide), wide=wide)
 
 
 @cli.command()
@@ -393,14 +399,16 @@ def recommendations(workload: str | None, history: bool, db: str | None, fmt: st
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
               help="Write to this file (atomically) instead of stdout.")
 @click.option("--force", is_flag=True,
-              help="Export even when the workload's newest result is infeasible.")
+              help="Export even when the workload's newest result is infeasible or its "
+                   "outputs are flagged.")
 @_db_option
 def export(workload: str, fmt: str, output: Path | None, force: bool, db: str | None) -> None:
     """Export the active recommendation exactly as `vllm serve` takes it.
 
     A workload whose newest result is infeasible (no config measured serves its traffic within
-    the SLO) is refused with the reason, unless --force. Which vLLM build the keys need is said
-    on stderr (and in a comment line of --format vllm-args).
+    the SLO), or whose outputs differ from the baseline's beyond the engine's numerics
+    (flagged, docs/outputs.md), is refused with the reason, unless --force. Which vLLM build
+    the keys need is said on stderr (and in a comment line of --format vllm-args).
 
     \b
     Example:
@@ -408,6 +416,8 @@ def export(workload: str, fmt: str, output: Path | None, force: bool, db: str | 
       vllm serve moonshotai/Kimi-K2.6 --speculative-config "$(autotune export --workload code)"
     """
     from autotune.export import (
+        outputs_flagged,
+        outputs_reason,
         pick_for_export,
         render,
         requirements_note,
@@ -428,6 +438,9 @@ def export(workload: str, fmt: str, output: Path | None, force: bool, db: str | 
                           force=force)
     if rec.status == "infeasible":
         click.echo(f"warning: exporting infeasible #{rec.id} (--force): {rec.reason}", err=True)
+    if outputs_flagged(rec):
+        click.echo(f"warning: exporting #{rec.id}, whose outputs are flagged (--force): "
+                   f"{outputs_reason(rec)}", err=True)
     text = render(rec, fmt)
     note = schedule_note(rec) if fmt == "schedule" else None
     if note:

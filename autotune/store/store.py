@@ -214,6 +214,15 @@ class Store:
             values["finished_at"] = None if status == "running" else utcnow()
             s.execute(update(RunRow).where(RunRow.id == run_id).values(**values))
 
+    def update_run_options(self, run_id: str, values: Mapping[str, Any]) -> None:
+        """Merge ``values`` into the run's ``options`` JSON (its cost, why its budget ended
+        it)."""
+        with self.session() as s:
+            run = s.get(RunRow, run_id)
+            if run is None:
+                raise StoreError(f"no run {run_id!r}; list runs with: autotune runs")
+            run.options = {**(run.options or {}), **_json_safe(dict(values))}
+
     def runs(self, limit: int | None = None) -> list[RunRecord]:
         """Runs, newest first."""
         with self._read() as s:
@@ -240,7 +249,8 @@ class Store:
                          sample_id=sample.id, sample_path=sample.path,
                          sample_sha256=sample.sha256, sample_requests=sample.requests,
                          seed=run.seed, started_at=run.started_at,
-                         finished_at=run.finished_at, error=run.error)
+                         finished_at=run.finished_at, error=run.error,
+                         options=dict(run.options or {}))
 
     # ---- trials --------------------------------------------------------------------------
     def record_trial(self, *, run_id: str, workload: str, number: int, state: str,
@@ -277,6 +287,14 @@ class Store:
             row.finished_at = None if state == "running" else utcnow()
             s.flush()
             return row.id
+
+    def update_trial_metrics(self, trial_id: int, updates: Mapping[str, Any]) -> None:
+        """Set keys of a stored trial's ``metrics`` (what a later step concluded about it)."""
+        with self.session() as s:
+            row = s.get(TrialRow, trial_id)
+            if row is None:
+                raise ValueError(f"no trial with id {trial_id}")
+            row.metrics = {**(row.metrics or {}), **_json_safe(dict(updates))}
 
     def trials(self, run_id: str | None = None, workload: str | None = None,
                *, with_requests: bool = False) -> list[TrialRecord]:

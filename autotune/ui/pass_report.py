@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
+from autotune.cost import CostTotal
 from autotune.store import LeaseRecord, RecommendationRecord, RunRecord
 from autotune.store.records import iso
 from autotune.ui.console import err, fmt_num, out, print_table
@@ -26,7 +27,8 @@ if TYPE_CHECKING:  # the pass's types only: a read-only command need not import 
     from autotune.policy import Policy
     from autotune.recommend import WorkloadResult
 
-__all__ = ["baseline_label", "pass_notes", "print_pass", "print_status", "result_table"]
+__all__ = ["baseline_label", "cost_notes", "pass_notes", "print_pass", "print_status",
+           "result_table"]
 
 
 def baseline_label(policy: Policy) -> str:
@@ -54,7 +56,8 @@ def result_table(results: Sequence[WorkloadResult], policy: Policy, *,
             cells = [r.workload, "failed", "-", "-", "-", "-", trials]
         else:
             cap = r.feasibility.capacity if r.feasibility else None
-            cells = [r.workload, rec.status, config_label(rec.config), fmt_num(rec.value),
+            status = rec.status + (" (outputs FLAGGED)" if r.outputs_flagged else "")
+            cells = [r.workload, status, config_label(rec.config), fmt_num(rec.value),
                      fmt_num(cap), speedup_cell(rec), trials]
         if wide:
             cells += [str(r.export_path) if r.export_path else "-"]
@@ -76,12 +79,36 @@ def pass_notes(results: Sequence[WorkloadResult]) -> list[str]:
                          f"{'s' if n != 1 else ''})")
         if r.race is not None and r.race.close:
             parts.append(r.race.describe())
+        if r.outputs and not r.outputs_flagged:  # a flagged one's reason says it already
+            parts.append(str(r.outputs.get("reason")))
         if r.stop_reason:
             parts.append(f"search stopped: {r.stop_reason}")
         if r.export_path:
             parts.append(f"exported to {r.export_path}")
         if parts:
             lines.append(f"{r.workload}: " + "; ".join(parts))
+    return lines
+
+
+def cost_notes(cost: Mapping[str, Any], budget_stop: str | None = None) -> list[str]:
+    """What the pass cost on real replicas, in total and per workload, and why its budget
+    ended it (``cost``: a run's recorded cost, :func:`autotune.cost.pass_cost`)."""
+    lines = []
+    if cost and isinstance(cost.get("total"), Mapping):
+        whole = CostTotal.from_json(cost["total"])
+        per = ", ".join(f"{w} {CostTotal.from_json(c).gpu_h:.3g}"
+                        for w, c in (cost.get("workloads") or {}).items())
+        line = f"cost: {whole.describe()}; GPU-h per workload: {per or '-'}"
+        if whole.starts:
+            line += (f"; a server start is charged {whole.start_s / whole.starts:.0f} s, once "
+                     "per config a replica kept serving")
+        if cost.get("backend") == "sim":
+            line += (f"; simulated: what the pass would cost on real replicas of "
+                     f"{cost.get('gpus_per_replica', '?')} GPUs")
+        lines.append(line)
+    if budget_stop:
+        lines.append(f"budget: the pass ended early, with the workloads' results so far: "
+                     f"{budget_stop}")
     return lines
 
 
@@ -93,7 +120,8 @@ def print_pass(result: TuneResult, policy: Policy, why: str | None, *,
     if result.run_id is None:
         err.print("nothing to re-tune: no workload drifted")
         return
-    print_table(result_table(result.workloads, policy, wide=wide), pass_notes(result.workloads),
+    print_table(result_table(result.workloads, policy, wide=wide),
+                [*pass_notes(result.workloads), *cost_notes(result.cost, result.budget_stop)],
                 wide=wide)
     err.print(f"run {result.run_id} {result.status}; `autotune trials --run {result.run_id}` "
               "lists its trials")

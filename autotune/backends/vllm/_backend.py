@@ -40,11 +40,21 @@ from autotune.backends.vllm._launch import (
 )
 from autotune.backends.vllm._metrics import SpecCounters, acceptance_delta, parse_spec_counters
 from autotune.backends.vllm._options import EndpointAccess, VllmOptions, quiet_request_urls
+from autotune.backends.vllm._outputs import UNFAITHFUL_TEMPERATURE, decode_check
 from autotune.backends.vllm._process import ServerProcess, free_port
 from autotune.backends.vllm._prompts import BASE_TEXT, SyntheticPrompts, warn_synthetic
 from autotune.errors import BackendError, DependencyError, TrialFailed
 from autotune.redact import redact_text
-from autotune.types import Measurement, Progress, ReplaySchedule, ServeSpec, TrialConfig
+from autotune.types import (
+    GreedyOutput,
+    Measurement,
+    OutputCheck,
+    Progress,
+    ReplaySchedule,
+    Request,
+    ServeSpec,
+    TrialConfig,
+)
 
 __all__ = ["VllmBackend", "VllmReplica"]
 
@@ -136,6 +146,12 @@ class VllmReplica:
         self.options = options
         self.seed = seed
         self.startup_s = startup_s
+        #: the start this replica cost (autotune.backends.base.Replica)
+        self.start_s = startup_s if server is not None else 0.0
+        self.start_source = (
+            "measured: vLLM server process launch to /health answering 200"
+            if server is not None else
+            "attached server: started outside autotune, its start is not charged")
         self._prompts: SyntheticPrompts | None = None
         self._stopped = False
 
@@ -153,6 +169,32 @@ class VllmReplica:
         return TrialFailed(f"vLLM server died {when} ({reason}); full log: "
                            f"{self.server.log_path}", log_tail=tail)
 
+    def _synthetic(self) -> SyntheticPrompts:
+        if self._prompts is None:
+            self._prompts = SyntheticPrompts(self.endpoint.base_ids(self.model), self.seed)
+        return self._prompts
+
+    def _prompt(self, request: Request) -> str | list[int]:
+        return request.prompt if request.prompt is not None else \
+            self._synthetic().prompt(request)
+
+    def decode_greedily(self, check: OutputCheck) -> tuple[GreedyOutput, ...]:
+        """The output check (docs/outputs.md): ``check``'s prompts decoded greedily, in one
+        batch, with each position's runner-up token. The test-only option
+        ``unfaithful_windows`` makes the listed windows sample instead."""
+        if self._stopped:
+            raise BackendError(f"replica at {self.base_url} was stopped; start a new one")
+        if not self._alive():
+            raise self._died("before the output check")
+        unfaithful = self.config.num_speculative_tokens in self.options.unfaithful_windows
+        outputs = decode_check(self.endpoint.client, self.base_url, self.model, check,
+                               self._prompt, timeout_s=self.options.request_timeout_s,
+                               temperature=UNFAITHFUL_TEMPERATURE if unfaithful else 0.0,
+                               seed=self.seed)
+        if not self._alive():
+            raise self._died("during the output check")
+        return outputs
+
     def replay(self, schedule: ReplaySchedule, progress: Progress | None = None) -> Measurement:
         if self._stopped:
             raise BackendError(f"replica at {self.base_url} was stopped; start a new one")
@@ -162,8 +204,7 @@ class VllmReplica:
         synthetic = sum(1 for r in requests if r.prompt is None)
         if synthetic:
             warn_synthetic(synthetic, len(requests))
-            if self._prompts is None:
-                self._prompts = SyntheticPrompts(self.endpoint.base_ids(self.model), self.seed)
+            self._synthetic()
         prompts = self._prompts or SyntheticPrompts(None, self.seed)
         target = ReplayTarget(self.base_url, self.model, self.options.request_timeout_s,
                               prompts, auth=self.endpoint.access.auth,
@@ -210,6 +251,7 @@ class VllmBackend:
     """
 
     kind = "vllm"
+    decodes_tokens = True  # its replicas run the output check (docs/outputs.md)
 
     def __init__(self, serve: ServeSpec, options: VllmOptions, seed: int = 0) -> None:
         self.serve = serve
@@ -253,6 +295,7 @@ class VllmBackend:
         log_path = self.log_dir / f"{stamp}-{_slug(config.short())}-port{port}.log"
         argv = self.argv(config, port)
         server = ServerProcess(argv, server_env(self.serve), log_path)
+        launched = time.monotonic()
         try:
             server.launch()
         except OSError as e:
@@ -263,9 +306,9 @@ class VllmBackend:
         try:
             _log.info("started vLLM server pid %s for %s on %s (log %s)", server.pid,
                       config.short(), base_url, log_path)
-            startup_s = wait_healthy(server, client, base_url,
-                                     timeout_s=self.options.startup_timeout_s,
-                                     interval_s=self.options.health_interval_s)
+            wait_healthy(server, client, base_url, timeout_s=self.options.startup_timeout_s,
+                         interval_s=self.options.health_interval_s)
+            startup_s = time.monotonic() - launched  # process launch to a healthy server
             model, _ = endpoint.served_model()
             self._version = endpoint.version() or self._version
         except BaseException as e:

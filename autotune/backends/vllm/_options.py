@@ -107,6 +107,11 @@ class VllmOptions(BaseModel):
     port_retries: int = Field(
         default=2, ge=0, strict=True,
         description="relaunches on a new port when the chosen one was taken meanwhile")
+    unfaithful_windows: tuple[int, ...] = Field(
+        default=(),
+        description="test only: trials whose num_speculative_tokens is listed sample "
+                    "(temperature 1) in the output check instead of decoding greedily, a "
+                    "stand-in for a drafter path that changes outputs (docs/outputs.md)")
 
     @property
     def attach(self) -> bool:
