@@ -85,8 +85,10 @@ def test_recommendations_without_an_active_one_show_the_newest_result(
     code, out, _ = run("recommendations", "--db", db, "--history", "--format", "json")
     assert {r["status"] for r in json.loads(out)} == {"infeasible"}
 
-    # A feasible pass: the active recommendations are listed, and nothing else.
-    start(db, small_sample, write_policy(tmp_path / "ok.yaml"))
+    # A pass with an SLO every config meets: the active recommendations are listed, and
+    # nothing else.
+    start(db, small_sample, write_policy(tmp_path / "ok.yaml", **{
+        "objective.slo.ttft_p99_ms": 600_000, "objective.slo.itl_p99_ms": 600_000}))
     code, out, _ = run("recommendations", "--db", db, "--format", "json")
     rows = json.loads(out)
     assert {r["workload"]: r["status"] for r in rows} == {
