@@ -19,6 +19,7 @@ from autotune.types import TrialConfig
 
 __all__ = [
     "CalibrationRecord",
+    "PlanRecord",
     "RecommendationRecord",
     "RunRecord",
     "SampleRecord",
@@ -287,3 +288,17 @@ class CalibrationRecord:
         return {"workload": self.workload, "run": self.run, "method": self.method,
                 "params": dict(self.params), "ece_before": self.ece_before,
                 "ece_after": self.ece_after, "created_at": iso(self.created_at)}
+
+
+@dataclass(frozen=True)
+class PlanRecord:
+    """A run's stored plan: the inputs it reads besides the trials (``inputs``: each
+    workload's replayed arrival times), the mixed sample's readings (``shared``: config and
+    metrics each) and the plan the pass made (None until it made one)."""
+
+    run: str
+    inputs: Mapping[str, Any]
+    shared: tuple[Mapping[str, Any], ...]
+    plan: Mapping[str, Any] | None
+    created_at: datetime | None
+    updated_at: datetime | None

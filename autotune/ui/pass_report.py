@@ -13,7 +13,7 @@ from rich.table import Table
 from autotune.cost import CostTotal
 from autotune.store import LeaseRecord, RecommendationRecord, RunRecord
 from autotune.store.records import iso
-from autotune.ui.console import err, fmt_num, out, print_table
+from autotune.ui.console import err, fmt_num, note, out, print_table
 from autotune.ui.tables import (
     OBJECTIVE_LABELS,
     config_label,
@@ -123,6 +123,11 @@ def print_pass(result: TuneResult, policy: Policy, why: str | None, *,
     print_table(result_table(result.workloads, policy, wide=wide),
                 [*pass_notes(result.workloads), *cost_notes(result.cost, result.budget_stop)],
                 wide=wide)
+    if result.plan is not None:
+        out.print(note(f"plan: {result.plan.headline()}; `autotune plan --run "
+                       f"{result.run_id}` for replicas per workload, growth and split or shared"))
+    elif result.plan_note:
+        out.print(note(f"plan: none: {result.plan_note}"))
     err.print(f"run {result.run_id} {result.status}; `autotune trials --run {result.run_id}` "
               "lists its trials")
 
