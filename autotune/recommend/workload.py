@@ -70,6 +70,7 @@ class WorkloadResult:
     feasibility: Feasibility | None = None
     race: Race | None = None  # against the runner-up: is the lead inside the replay noise?
     outputs: Mapping[str, Any] | None = None  # the recommended config's output check
+    flagged: tuple[str, ...] = ()  # every flagged trial: "#number config: reason"
 
     @property
     def outputs_flagged(self) -> bool:
@@ -99,6 +100,8 @@ def recommend_workload(store: Store, policy: Policy, run_id: str, done: Workload
     checks = _record_output_checks(store, policy, done, backend)
     outputs = _config_check(checks, done, best)
     flagged = bool(outputs.get("flagged"))
+    flagged_trials = tuple(f"#{t.number} {t.config.short()}: {checks[t.number]['reason']}"
+                           for t in done.trials if checks.get(t.number, {}).get("flagged"))
     active = store.active_recommendation(done.workload)
     # The active config re-measured in this run, on this traffic, is what the best trial must
     # beat significantly (a measurement on older traffic is not comparable).
@@ -139,7 +142,7 @@ def recommend_workload(store: Store, policy: Policy, run_id: str, done: Workload
     export_path = export_promoted(export_dir, rec) if promoted else None
     return WorkloadResult(done.workload, len(done.trials), done.failed, rec, best.outcome,
                           base_outcome, export_path, promoted, rec.reason, done.stop_reason,
-                          feasibility, race, outputs)
+                          feasibility, race, outputs, flagged_trials)
 
 
 def _record_output_checks(store: Store, policy: Policy, done: WorkloadTrials,
