@@ -80,7 +80,7 @@ def tune(options: TuneOptions, store: Store, reporter: Reporter | None = None,
         _record_calibration(store, run.run_id, w)
         result = recommend_workload(store, options.policy, run.run_id, _finished(w), provenance,
                                     backend=options.backend, export_dir=options.export_dir,
-                                    seed=options.seed)
+                                    seed=options.seed, decodes_tokens=decodes_tokens(backend))
         rep.workload_finished(result)
         results.append(result)
     store.set_run_status(run.run_id, "finished")
