@@ -141,7 +141,8 @@ class ReplaySchedule:
     trace is replayed once, at ``time_scale``. ``capacity_hint``: where the strategy that chose
     the config expects its capacity (None: no expectation). ``output_check``: prompts the
     trial decodes greedily after its replay (None: no check; a backend without tokens ignores
-    it).
+    it). ``capacity_window_s``: replica seconds of arrivals one capacity reading replays (a
+    slice of ``requests``; None: all).
     """
 
     requests: Iterable[Request]
@@ -154,6 +155,7 @@ class ReplaySchedule:
     capacity_slo: Slo | None = None
     capacity_hint: CapacityHint | None = None
     output_check: OutputCheck | None = None
+    capacity_window_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True, order=True)

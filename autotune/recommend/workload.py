@@ -5,6 +5,10 @@ records its provenance (:mod:`autotune.recommend.provenance`) and its lead over 
 (:mod:`autotune.recommend.runner_up`), decides whether it replaces the
 active recommendation (:mod:`autotune.recommend.promotion`), adds it to the store as active or
 candidate, and exports it when promoted. The result says what happened and why.
+
+A run recommends once per workload: a resumed run whose workload was recommended before it
+stopped keeps that recommendation (the store returns it instead of adding a second) and
+exports it again if it is active (the stop may have come between the two).
 """
 
 from __future__ import annotations
@@ -138,7 +142,7 @@ def recommend_workload(store: Store, policy: Policy, run_id: str, done: Workload
         reason=(feasibility.reason if not feasibility.feasible else
                 f"not promoted: {outputs['reason']}" if flagged else decision.reason),
         gain=decision.gain, gain_ci=decision.gain_ci, compared_with=decision.compared_with,
-        check_active=True, infeasible=not feasibility.feasible)
+        check_active=True, infeasible=not feasibility.feasible, once_per_run=True)
     promoted = rec.status == "active"
     export_path = export_promoted(export_dir, rec) if promoted else None
     return WorkloadResult(done.workload, len(done.trials), done.failed, rec, best.outcome,
