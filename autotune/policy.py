@@ -19,7 +19,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from autotune.errors import ConfigError
-from autotune.types import KNOB_NAMES, ReplaySchedule, Request, ServeSpec, Slo, TrialConfig
+from autotune.types import (
+    KNOB_NAMES,
+    OutputCheck,
+    ReplaySchedule,
+    Request,
+    ServeSpec,
+    Slo,
+    TrialConfig,
+)
 
 __all__ = [
     "DEFAULT_POLICY_PATH",
@@ -260,6 +268,31 @@ class Replay(_Model):
         )
 
 
+class Outputs(_Model):
+    """The output check (docs/outputs.md): every trial on a real engine decodes the same
+    prompts greedily, and its tokens are compared with the baseline's and, when a config
+    without speculation was measured, with that one's."""
+
+    prompts: int = Field(
+        default=8, ge=0,
+        description="Prompts of each workload (its first ones, in sample order) decoded "
+                    "greedily per trial; 0: no check. 8 × 32 tokens catch a path that changes "
+                    "1 token in 100 with probability 0.92 for one batched decode per trial.")
+    max_tokens: int = Field(default=32, ge=1, le=4096,
+                            description="Tokens decoded per prompt (end-of-sequence ignored).")
+    tie_margin: float = Field(
+        default=0.05, ge=0,
+        description="A divergence is the engine's numerics when the two tokens' "
+                    "log-probabilities differ by at most this where it happens (a near-tie); "
+                    "any other divergence flags the config.")
+
+    def check(self, requests: list[Request]) -> OutputCheck | None:
+        """The prompts every trial of a workload with ``requests`` decodes (None: no check)."""
+        if self.prompts == 0 or not requests:
+            return None
+        return OutputCheck(tuple(requests[: self.prompts]), self.max_tokens)
+
+
 class Schedule(_Model):
     cron: str | None = Field(default="0 2 * * *", description="When the daemon re-tunes.")
 
@@ -312,6 +345,8 @@ class Policy(_Model):
     hardware: Hardware = Field(default_factory=Hardware,
                                description="The accelerators of one replica.")
     search: Search = Field(default_factory=Search, description="How configs are searched.")
+    outputs: Outputs = Field(default_factory=Outputs,
+                             description="Outputs checked against the baseline (real engines).")
 
     @model_validator(mode="after")
     def _windows_within_block(self) -> Policy:

@@ -8,6 +8,10 @@ and returns a :class:`~autotune.types.Measurement`; ``stop`` releases it. The co
 - ``replay`` measures the schedule; a crash mid-replay raises ``TrialFailed``.
 - ``stop`` is idempotent and safe to call after a failure; after it returns, nothing the replica
   started is still running.
+- A replica that decodes real tokens also implements :class:`GreedyDecoder`: the trial runner
+  asks it to decode the schedule's :class:`~autotune.types.OutputCheck` greedily after the
+  replay (docs/outputs.md); a backend without tokens (the simulator) does not, and its trials
+  are "not checked". Such a backend says ``decodes_tokens = True`` (:func:`decodes_tokens`).
 - Backends never read the search's state or the store; the search never reads a backend's
   internals (the simulator's hidden acceptance truth stays inside ``backends/sim``).
 """
@@ -16,9 +20,16 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
-from autotune.types import Measurement, Progress, ReplaySchedule, TrialConfig
+from autotune.types import (
+    GreedyOutput,
+    Measurement,
+    OutputCheck,
+    Progress,
+    ReplaySchedule,
+    TrialConfig,
+)
 
-__all__ = ["Backend", "Replica"]
+__all__ = ["Backend", "GreedyDecoder", "Replica", "decodes_tokens"]
 
 
 @runtime_checkable
@@ -49,3 +60,17 @@ class Backend(Protocol):
     def describe(self) -> dict[str, Any]:
         """Provenance of the measurements: backend, profile/hardware, versions."""
         ...
+
+
+@runtime_checkable
+class GreedyDecoder(Protocol):
+    """Optional for a replica: decode ``check``'s prompts greedily (temperature 0), one
+    :class:`~autotune.types.GreedyOutput` per prompt in order; raises ``TrialFailed`` when the
+    server cannot answer."""
+
+    def decode_greedily(self, check: OutputCheck) -> tuple[GreedyOutput, ...]: ...
+
+
+def decodes_tokens(backend: Backend) -> bool:
+    """Whether ``backend``'s replicas decode real tokens (and so have their outputs checked)."""
+    return bool(getattr(backend, "decodes_tokens", False))

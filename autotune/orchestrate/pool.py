@@ -16,10 +16,10 @@ import socket
 import time
 from collections import deque
 from collections.abc import Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
-from autotune.backends import Backend
+from autotune.backends import Backend, GreedyDecoder
 from autotune.errors import AutotuneError, BackendError
 from autotune.orchestrate.capacity import replay_at_capacity
 from autotune.orchestrate.moments import announce_moment
@@ -70,13 +70,18 @@ class Pool(Protocol):
 
 def run_trial(backend: Backend, config: TrialConfig, schedule: ReplaySchedule,
               progress: Progress | None = None) -> Measurement:
-    """Start a replica, replay (at capacity when the schedule asks), always stop it."""
+    """Start a replica, replay (at capacity when the schedule asks), decode the schedule's
+    output check greedily when the replica returns tokens, always stop it."""
     replica = backend.start(config)
     try:
         announce_moment("replaying")
         if schedule.capacity_slo is not None and schedule.mode == "trace":
-            return replay_at_capacity(replica, schedule, schedule.capacity_slo, progress)
-        return replica.replay(schedule, progress)
+            m = replay_at_capacity(replica, schedule, schedule.capacity_slo, progress)
+        else:
+            m = replica.replay(schedule, progress)
+        if schedule.output_check is not None and isinstance(replica, GreedyDecoder):
+            m = replace(m, outputs=replica.decode_greedily(schedule.output_check))
+        return m
     finally:
         replica.stop()
 

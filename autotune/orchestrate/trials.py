@@ -70,6 +70,9 @@ def _submit(options: TuneOptions, store: Store, run_id: str, w: WorkloadSearch,
         schedule = replace(schedule, mode="closed")  # no arrival times
     if s.capacity_hint is not None:
         schedule = replace(schedule, capacity_hint=s.capacity_hint)
+    check = policy.outputs.check(w.requests)  # decoded greedily after the replay
+    if check is not None:
+        schedule = replace(schedule, output_check=check)
     pool.submit(TrialTask((w.name, s.number), s.config, schedule))
 
 

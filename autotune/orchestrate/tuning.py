@@ -21,7 +21,9 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from autotune.backends import Backend, create_backend
+from autotune.backends import Backend, create_backend, decodes_tokens
+from autotune.errors import ConfigError
+from autotune.orchestrate.moments import announce_moment
 from autotune.orchestrate.options import Reporter, TuneOptions
 from autotune.orchestrate.pool import Pool
 from autotune.orchestrate.runs import OpenedRun, WorkloadSearch, open_run
@@ -60,6 +62,7 @@ def tune(options: TuneOptions, store: Store, reporter: Reporter | None = None,
         rep.workload_skipped(name, why)
     backend = create_backend(options.backend, options.policy.serve.spec(),
                              options.merged_backend_options(), options.seed)
+    _check_output_subset(options, loaded, backend)
     sample_id = _record_sample(store, loaded)
     if not loaded.groups:
         return TuneResult(run_id=None, status="skipped", resumed=False, workloads=[],
@@ -81,9 +84,21 @@ def tune(options: TuneOptions, store: Store, reporter: Reporter | None = None,
                                     seed=options.seed)
         rep.workload_finished(result)
         results.append(result)
+        announce_moment("recommended")
     store.set_run_status(run.run_id, "finished")
     return TuneResult(run_id=run.run_id, status="finished", resumed=run.resumed,
                       workloads=results, skipped=loaded.skipped)
+
+
+def _check_output_subset(options: TuneOptions, loaded: LoadedWorkloads,
+                         backend: Backend) -> None:
+    """The output check's prompts must come from the sample (before anything is written)."""
+    wanted, have = options.policy.outputs.prompts, loaded.sample.requests
+    if decodes_tokens(backend) and wanted > have:
+        raise ConfigError(
+            f"policy key outputs.prompts = {wanted}: the output check's prompt subset is larger "
+            f"than the sample ({have} requests in {loaded.sample.path}); set outputs.prompts "
+            f"to at most {have}, or to 0 to skip the output check")
 
 
 def _record_sample(store: Store, loaded: LoadedWorkloads) -> int:

@@ -23,6 +23,7 @@ __all__ = [
     "RunRecord",
     "SampleRecord",
     "TrialRecord",
+    "WorkloadStatus",
     "iso",
 ]
 
@@ -225,6 +226,32 @@ class RecommendationRecord:
             "retired_at": iso(self.retired_at),
             "retired_by": self.retired_by,
         }
+
+
+@dataclass(frozen=True)
+class WorkloadStatus:
+    """A workload's newest result: its active recommendation, else the newest recommendation
+    stored for it (infeasible, candidate, retired), else ``failed``: the newest run that tuned
+    it recommended nothing (every trial failed, or the run failed; ``reason`` says which).
+
+    ``recommendation`` is None only for ``failed``; ``at`` is when the result was made (the
+    recommendation's creation, or the run's end).
+    """
+
+    workload: str
+    status: str  # active | candidate | infeasible | retired | failed
+    reason: str
+    run: str
+    at: datetime | None
+    recommendation: RecommendationRecord | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The recommendation's JSON form; for ``failed``, the same keys that say what
+        happened (workload, status, reason, run, created_at) and ``id`` null."""
+        if self.recommendation is not None:
+            return self.recommendation.to_json()
+        return {"id": None, "workload": self.workload, "status": self.status,
+                "reason": self.reason, "run": self.run, "created_at": iso(self.at)}
 
 
 @dataclass(frozen=True)

@@ -5,11 +5,12 @@ stopped, why it was not promoted, where it was exported)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
-from autotune.store import RecommendationRecord, RunRecord
+from autotune.store import LeaseRecord, RecommendationRecord, RunRecord
 from autotune.store.records import iso
 from autotune.ui.console import err, fmt_num, out, print_table
 from autotune.ui.tables import (
@@ -53,7 +54,8 @@ def result_table(results: Sequence[WorkloadResult], policy: Policy, *,
             cells = [r.workload, "failed", "-", "-", "-", "-", trials]
         else:
             cap = r.feasibility.capacity if r.feasibility else None
-            cells = [r.workload, rec.status, config_label(rec.config), fmt_num(rec.value),
+            status = rec.status + (" (outputs FLAGGED)" if r.outputs_flagged else "")
+            cells = [r.workload, status, config_label(rec.config), fmt_num(rec.value),
                      fmt_num(cap), speedup_cell(rec), trials]
         if wide:
             cells += [str(r.export_path) if r.export_path else "-"]
@@ -75,6 +77,8 @@ def pass_notes(results: Sequence[WorkloadResult]) -> list[str]:
                          f"{'s' if n != 1 else ''})")
         if r.race is not None and r.race.close:
             parts.append(r.race.describe())
+        if r.outputs and not r.outputs_flagged:  # a flagged one's reason says it already
+            parts.append(str(r.outputs.get("reason")))
         if r.stop_reason:
             parts.append(f"search stopped: {r.stop_reason}")
         if r.export_path:
@@ -98,14 +102,22 @@ def print_pass(result: TuneResult, policy: Policy, why: str | None, *,
               "lists its trials")
 
 
-def print_status(state: Mapping[str, Any] | None, current: Sequence[RunRecord],
-                 last: RunRecord | None, recs: Sequence[RecommendationRecord]) -> None:
+def print_status(state: Mapping[str, Any] | None, held: Sequence[LeaseRecord],
+                 current: Sequence[RunRecord], last: RunRecord | None,
+                 recs: Sequence[RecommendationRecord], now: datetime) -> None:
+    """``autotune status``: the daemon's state file, the leases in the database, the runs."""
     if state is None:
         out.print("daemon: no state file (not started here)")
     else:
         alive = "running" if state.get("alive") else "not running"
         out.print(f"daemon: {alive} (pid {state.get('pid')}, {state.get('status')}, "
                   f"updated {state.get('updated_at')}), traffic {state.get('traffic')}")
+    for lease in held:
+        expired = "" if lease.live(now) else "; expired: the next start takes it over"
+        out.print(f"lease on {lease.traffic}: held by {lease.describe(now)}{expired}",
+                  soft_wrap=True)
+    if not held:
+        out.print("lease: none held (no start or nightly is tuning on this database)")
     out.print("current run: " + (", ".join(r.id for r in current) if current else "none"))
     out.print("last finished run: " + (f"{last.id} (finished {iso(last.finished_at)})"
                                        if last else "none"))

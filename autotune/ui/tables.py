@@ -13,7 +13,7 @@ from typing import Any
 from rich.table import Table
 
 from autotune.store import RecommendationRecord, RunRecord, TrialRecord
-from autotune.store.records import iso
+from autotune.store.records import WorkloadStatus, iso
 from autotune.ui.console import fmt_num
 
 __all__ = ["OBJECTIVE_LABELS", "close_race_note", "config_label", "inspect_table", "new_table",
@@ -67,12 +67,12 @@ def runs_table(rows: Sequence[RunRecord], *, wide: bool = False) -> Table:
 def trials_table(rows: Sequence[TrialRecord], *, wide: bool = False) -> tuple[Table, list[str]]:
     """The trials table and its notes (the first line of each failed trial's error)."""
     cols = ["workload", "#", "state", "config", "value", "meets\nSLO", "capacity\n(×)",
-            "p99 TTFT\n(ms)", "p99 ITL\n(ms)", "accept\nrate"]
+            "p99 TTFT\n(ms)", "p99 ITL\n(ms)", "accept\nrate", "outputs\nidentical"]
     if wide:
         cols = ["run", *cols, "replica", "attempts"]
     t = new_table(*cols, numeric=("#", "value", "capacity\n(×)", "p99 TTFT\n(ms)",
                                   "p99 ITL\n(ms)", "accept\nrate", "attempts"),
-                  fold=("workload", "config", "run", "replica"))
+                  fold=("workload", "config", "run", "replica", "outputs\nidentical"))
     notes = []
     for r in rows:
         m = r.metrics
@@ -80,19 +80,44 @@ def trials_table(rows: Sequence[TrialRecord], *, wide: bool = False) -> tuple[Ta
         cells = [r.workload, str(r.number), r.state, cfg, fmt_num(r.value),
                  "-" if r.feasible is None else ("yes" if r.feasible else "no"),
                  fmt_num(m.get("load_scale")), fmt_num(m.get("ttft_p99_ms")),
-                 fmt_num(m.get("itl_p99_ms")), fmt_num(r.acceptance_rate)]
+                 fmt_num(m.get("itl_p99_ms")), fmt_num(r.acceptance_rate),
+                 outputs_cell(m.get("output_check"))]
         if wide:
             cells = [r.run, *cells, r.replica or "-", str(r.attempts)]
         t.add_row(*cells)
         if r.error:
             notes.append(f"{r.workload} #{r.number}: {r.error.splitlines()[0]}")
+        check = m.get("output_check")
+        if isinstance(check, Mapping) and check.get("flagged"):
+            notes.append(f"{r.workload} #{r.number}: FLAGGED, {check.get('reason')}")
     return t, notes
 
 
-def recommendations_table(rows: Sequence[RecommendationRecord], *,
+def outputs_cell(check: Any) -> str:
+    """A trial's output check in a cell: identical prompts of those compared against the
+    reference that differs most and the first divergence (prompt:token), FLAGGED when the
+    outputs differ beyond the engine's numerics; "not checked" (no tokens), "-" (not yet)."""
+    if not isinstance(check, Mapping):
+        return "-"
+    if not check.get("checked"):
+        return "not checked"
+    prompts = check.get("prompts")
+    if prompts is None:
+        return "reference"  # the only config whose outputs there were to compare
+    share = check.get("identical_share")
+    same = round(float(share) * int(prompts)) if isinstance(share, int | float) else "?"
+    first = check.get("first_divergence")
+    where = f" @{first['prompt']}:{first['position']}" if isinstance(first, Mapping) else ""
+    return f"{same}/{prompts}{where}" + (" FLAGGED" if check.get("flagged") else "")
+
+
+def recommendations_table(rows: Sequence[RecommendationRecord | WorkloadStatus], *,
                           wide: bool = False) -> tuple[Table, list[str]]:
-    """Recommendations and their notes (why each is where it is)."""
-    objectives = {r.objective for r in rows}
+    """Recommendations and their notes (why each is where it is). A
+    :class:`~autotune.store.records.WorkloadStatus` row shows its recommendation, or for a
+    workload whose newest run recommended nothing, ``failed`` and why."""
+    recs = [r.recommendation if isinstance(r, WorkloadStatus) else r for r in rows]
+    objectives = {r.objective for r in recs if r is not None}
     value = (OBJECTIVE_LABELS.get(objectives.pop(), "value") if len(objectives) == 1 else
              "value")
     cols = ["workload", "status", "config", value, "vs baseline", "created (UTC)"]
@@ -101,14 +126,21 @@ def recommendations_table(rows: Sequence[RecommendationRecord], *,
     t = new_table(*cols, numeric=(value, "vs baseline"),
                   fold=("workload", "config", "vs baseline", "run"))
     notes = []
-    for r in rows:
+    for row, r in zip(rows, recs, strict=True):
+        if r is None:
+            assert isinstance(row, WorkloadStatus)
+            t.add_row(row.workload, row.status, "-", "-", "-", _when(row.at),
+                      *([row.run, "-"] if wide else []))
+            notes.append(f"{row.workload} ({row.status}, run {row.run}): {row.reason}")
+            continue
         cells = [r.workload, r.status, config_label(r.config), fmt_num(r.value),
                  speedup_cell(r), _when(r.created_at)]
         if wide:
             cells += [r.run, r.objective]
         t.add_row(*cells)
         if r.reason:
-            notes.append(f"{r.workload} #{r.id} ({r.status}): {r.reason}")
+            none = ", no active recommendation" if r is not row and r.status != "active" else ""
+            notes.append(f"{r.workload} #{r.id} ({r.status}{none}): {r.reason}")
         race = r.provenance.get("runner_up") or {}
         if race.get("close_race"):
             notes.append(f"{r.workload} #{r.id}: {close_race_note(race)}")
