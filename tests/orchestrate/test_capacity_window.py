@@ -6,7 +6,7 @@ window is limits what a reading can credit), and the FIFO server of test_capacit
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +21,7 @@ from autotune.orchestrate.capacity_window import (
     SETTLE_LIFETIMES,
     busiest_slice,
     check_window,
+    settle_margin,
     window_requests,
 )
 from autotune.policy import DEFAULT_POLICY_PATH
@@ -223,3 +224,16 @@ def test_start_with_a_window_too_short_writes_nothing(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
     assert not db.exists()
 
+
+
+def test_a_reading_completing_under_four_fifths_of_its_rate_is_not_sustained() -> None:
+    # 40 requests over a 20 s window, each living 1 s: sustained when the last completes a
+    # lifetime after the last arrival; a drain of 8 s (the reading completed 20/28 = 71% of
+    # the offered rate) only drained a burst, however short each request's own lifetime
+    n = 40
+    m = RateServer(lifetime_s=1.0).replay(ReplaySchedule(
+        [Request(f"r{i}", 100, TOKENS, arrival_s=20.0 * i / (n - 1)) for i in range(n)]))
+    assert settle_margin(m, 20.0) == pytest.approx(math.log(4 * 1.0 / 20.0))
+    drained = replace(m, duration_s=28.0)
+    assert settle_margin(drained, 20.0) == pytest.approx(math.log(4 * 8.0 / 20.0))
+    assert settle_margin(drained, 20.0) > 0
