@@ -151,12 +151,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    print(f"{'workload':10} {'trials':>6} {'reads':>6} {'replayed h':>10} {'busy h':>7} "
-          f"{'sustained':>9} {'drained':>7} {'undecided':>9}")
+    print(f"{'workload':10} {'trials':>6} {'reads':>6} {'replayed h':>10} {'min/trial':>9} "
+          f"{'busy h':>7} {'sustained':>9} {'drained':>7} {'undecided':>9}")
     for name, w in [*sorted(result["workloads"].items()), ("pass", result["pass"])]:
+        per_trial = w["replayed_s"] / 60 / w["trials"] if w["trials"] else math.nan
         print(f"{name:10} {w['trials']:6d} {w['readings']:6d} {w['replayed_s'] / 3600:10.2f} "
-              f"{w['busy_s'] / 3600:7.2f} {w['sustained']:9d} {w['drained']:7d} "
-              f"{w['undecided']:9d}")
+              f"{per_trial:9.1f} {w['busy_s'] / 3600:7.2f} {w['sustained']:9d} "
+              f"{w['drained']:7d} {w['undecided']:9d}")
     return 0
 
 
