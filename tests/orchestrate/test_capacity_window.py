@@ -143,6 +143,7 @@ def test_a_rate_drained_from_a_burst_is_not_credited() -> None:
     assert m.extra["capacity_window_s"] >= SETTLE_LIFETIMES * 5.0
     assert "capacity_high_scale" not in m.extra  # nothing missed the SLO: the sample ran out
     assert m.extra["load_scale"] < MAX_SCALE
+    assert m.extra["capacity_slice_rate_ratio"] == pytest.approx(1.0, rel=0.02)  # all of it
     # a window shorter than 4 lifetimes sustains no rate: nothing is credited
     short = replay_at_capacity(RateServer(lifetime_s=5.0), _schedule(sample, slo, 15.0), slo)
     assert short.extra["capacity_met_slo"] == 0.0
@@ -158,6 +159,12 @@ def test_the_capacity_is_bracketed_by_the_slowest_rate_missed() -> None:
     assert m.extra["capacity_met_slo"] == 1.0 and m.extra["capacity_sustained"] == 1.0
     assert low < high <= low * 1.03  # the resolution near the knee
     assert 5.0 <= low <= 6.0  # the busiest slice arrives a little faster than the mean
+    # in requests/s the reading is the knee: the sample's mean rate × load_scale × how much
+    # denser the slice it replayed is
+    mean_rate = (len(sample) - 1) / float(sample[-1].arrival_s or 0.0)
+    ratio = m.extra["capacity_slice_rate_ratio"]
+    assert ratio > 1.0
+    assert mean_rate * low * ratio == pytest.approx(6.0, rel=0.03)
 
 
 def test_an_undecided_p99_is_read_again_with_twice_the_window() -> None:
