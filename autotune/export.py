@@ -40,6 +40,8 @@ __all__ = [
     "FORMATS",
     "Deployment",
     "export_stem",
+    "outputs_flagged",
+    "outputs_reason",
     "pick_for_export",
     "production_stack_values",
     "render",
@@ -144,6 +146,21 @@ def requirements_note(rec: RecommendationRecord, spec: Mapping[str, Any] | None)
     return f"{text}; {where}"
 
 
+def outputs_flagged(rec: RecommendationRecord) -> bool:
+    """Whether ``rec``'s outputs differed from the baseline's beyond the engine's numerics
+    (the output check stored in its provenance, docs/outputs.md)."""
+    check = rec.provenance.get("outputs")
+    return isinstance(check, dict) and bool(check.get("flagged"))
+
+
+def outputs_reason(rec: RecommendationRecord) -> str:
+    """The output check's one-line verdict for ``rec`` ("outputs not checked" without one)."""
+    check = rec.provenance.get("outputs")
+    if not isinstance(check, dict):
+        return "outputs not checked"
+    return str(check.get("reason") or "outputs not checked")
+
+
 def pick_for_export(recs: Sequence[RecommendationRecord], active: RecommendationRecord | None,
                     workload: str, *, force: bool) -> RecommendationRecord:
     """The recommendation ``export`` writes: the active one, unless the workload's newest
@@ -152,14 +169,21 @@ def pick_for_export(recs: Sequence[RecommendationRecord], active: Recommendation
     ``recs`` is the workload's history, newest first.
     """
     newest = recs[0] if recs else None
-    if newest is not None and newest.status == "infeasible" and (
-            active is None or newest.id > active.id):
+    newer = newest is not None and (active is None or newest.id > active.id)
+    if newest is not None and newer and newest.status == "infeasible":
         if force:
             return newest
         keep = (f"; the active recommendation #{active.id} was tuned on earlier traffic"
                 if active else "")
         raise ExportError(f"{workload!r} is infeasible (run {newest.run}): {newest.reason}"
                           f"{keep}; export it anyway with --force")
+    if newest is not None and newer and outputs_flagged(newest):
+        if force:
+            return newest
+        keep = (f"; the active recommendation #{active.id} predates it" if active else "")
+        raise ExportError(f"{workload!r}: the newest recommendation #{newest.id} (run "
+                          f"{newest.run}) is flagged: {outputs_reason(newest)}{keep}; export "
+                          "it anyway with --force")
     if active is None:
         raise ExportError(f"no active recommendation for {workload!r}"
                           + (f" (its newest is {newest.status}: {newest.reason})" if newest

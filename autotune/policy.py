@@ -19,9 +19,18 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from autotune.errors import ConfigError
-from autotune.types import KNOB_NAMES, ReplaySchedule, Request, ServeSpec, Slo, TrialConfig
+from autotune.types import (
+    KNOB_NAMES,
+    OutputCheck,
+    ReplaySchedule,
+    Request,
+    ServeSpec,
+    Slo,
+    TrialConfig,
+)
 
 __all__ = [
+    "DEFAULT_GPU_HOURS",
     "DEFAULT_PEAK_WINDOW_S",
     "DEFAULT_POLICY_PATH",
     "Policy",
@@ -208,10 +217,25 @@ def parse_duration(text: str | float | int) -> float:
     return seconds
 
 
+#: The default GPU-hour budget of a pass (docs/policies.md, "Budget"): one 8-GPU node for
+#: the eight hours of a night.
+DEFAULT_GPU_HOURS = 64.0
+
+
 class Budget(_Model):
+    """How much a pass may spend, in the units of real replicas on every backend."""
+
     trials: int = Field(default=12, ge=1, le=100_000,
                         description="Trials per workload, baseline included.")
-    wall_clock: str = Field(default="2h", description="Wall-clock budget per run (e.g. 2h).")
+    gpu_hours: float | None = Field(
+        default=DEFAULT_GPU_HOURS, gt=0,
+        description="GPU-hours a pass may spend (server starts plus replayed traffic, times "
+                    "the GPUs of a replica; the simulator charges what real replicas would). "
+                    "Default: one 8-GPU node for a night's 8 hours. null: no GPU-hour limit.")
+    wall_clock: str = Field(
+        default="8h",
+        description="Replica-time budget per run (e.g. 8h): the busiest replica's time, "
+                    "simulated seconds on the simulator, and at least the real time elapsed.")
     max_retries: int = Field(default=2, ge=0, description="Retries of a trial whose replica died.")
 
     @field_validator("wall_clock")
@@ -238,6 +262,13 @@ class Replay(_Model):
         description="trace mode: measure each trial at the highest arrival rate (time_scale) "
                     "whose p99 TTFT/ITL meet the SLO while the replica keeps up with the "
                     "arrivals, as DistServe's goodput; false: replay once at time_scale.")
+    window_s: float = Field(
+        default=60.0, gt=0,
+        description="Replica seconds of arrivals one capacity reading replays (the busiest "
+                    "slice of the workload that fits at the rate read): 60 s keeps a trial's "
+                    "readings (7 at most) near 8 replica-minutes, under one start of a "
+                    "large model's server, while spanning the 4 request lifetimes of up to "
+                    "15 s a sustained reading needs (docs/search.md).")
 
     def schedule(self, requests: list[Request], seed: int, label: str = "",
                  slo: Slo | None = None) -> ReplaySchedule:
@@ -250,7 +281,33 @@ class Replay(_Model):
             seed=seed,
             label=label,
             capacity_slo=slo if self.find_capacity and self.mode == "trace" else None,
+            capacity_window_s=self.window_s,
         )
+
+
+class Outputs(_Model):
+    """The output check (docs/outputs.md): every trial on a real engine decodes the same
+    prompts greedily, and its tokens are compared with the baseline's and, when a config
+    without speculation was measured, with that one's."""
+
+    prompts: int = Field(
+        default=8, ge=0,
+        description="Prompts of each workload (its first ones, in sample order) decoded "
+                    "greedily per trial; 0: no check. 8 × 32 tokens catch a path that changes "
+                    "1 token in 100 with probability 0.92 for one batched decode per trial.")
+    max_tokens: int = Field(default=32, ge=1, le=4096,
+                            description="Tokens decoded per prompt (end-of-sequence ignored).")
+    tie_margin: float = Field(
+        default=0.05, ge=0,
+        description="A divergence is the engine's numerics when the two tokens' "
+                    "log-probabilities differ by at most this where it happens (a near-tie); "
+                    "any other divergence flags the config.")
+
+    def check(self, requests: list[Request]) -> OutputCheck | None:
+        """The prompts every trial of a workload with ``requests`` decodes (None: no check)."""
+        if self.prompts == 0 or not requests:
+            return None
+        return OutputCheck(tuple(requests[: self.prompts]), self.max_tokens)
 
 
 class Schedule(_Model):
@@ -353,6 +410,8 @@ class Policy(_Model):
     hardware: Hardware = Field(default_factory=Hardware,
                                description="The accelerators of one replica.")
     search: Search = Field(default_factory=Search, description="How configs are searched.")
+    outputs: Outputs = Field(default_factory=Outputs,
+                             description="Outputs checked against the baseline (real engines).")
     plan: PlanPolicy = Field(default_factory=PlanPolicy,
                        description="How the capacity plan sizes a deployment.")
 
@@ -365,6 +424,11 @@ class Policy(_Model):
                 f"space.num_speculative_tokens: {too_wide} exceed serve.draft_block_size "
                 f"({block})")
         return self
+
+    @property
+    def gpus_per_replica(self) -> int:
+        """GPUs one replica occupies: ``hardware.count``, else ``serve.gpus_per_replica``."""
+        return self.hardware.count or self.serve.gpus_per_replica
 
     def sha256(self) -> str:
         """Hash of the canonical policy (what provenance records)."""

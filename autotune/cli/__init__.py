@@ -153,6 +153,7 @@ def _tune_options(traffic: Path, *, policy_path: Path | None, backend: str,
                   endpoint: str | None = None) -> Any:
     from autotune.orchestrate import TuneOptions
     from autotune.policy import load_policy
+    from autotune.redact import redact_url
     from autotune.ui import err
 
     overrides = {"budget.trials": budget_trials} if budget_trials else {}
@@ -161,9 +162,22 @@ def _tune_options(traffic: Path, *, policy_path: Path | None, backend: str,
     if endpoint:
         if backend != "vllm":
             raise click.BadParameter("--endpoint needs --backend vllm", param_hint="--endpoint")
-        backend_options["endpoint"] = endpoint
-        err.print(f"attached to {endpoint}: no restarts, so tuning covers only what that "
-                  "server was started with")
+        from autotune.backends.vllm import normalise_endpoint
+
+        try:
+            normalise_endpoint(endpoint)
+        except ValueError as e:
+            raise click.BadParameter(f"{redact_url(endpoint)!r}: {e}",
+                                     param_hint="--endpoint") from None
+        backend_options["endpoint"] = endpoint  # in memory only; shown and stored redacted
+        err.print(f"attached to {redact_url(endpoint)}: no restarts, so tuning covers only "
+                  "what that server was started with")
+    if ray_address:
+        # A cluster that is not there, or refuses this machine's token, stops the command
+        # here, before the database is created or written.
+        from autotune.orchestrate.ray_join import check_cluster
+
+        check_cluster(ray_address, "--ray-address")
     return TuneOptions(traffic=traffic, policy=policy, backend=backend,
                        backend_options=backend_options, seed=seed, skip_invalid=skip_invalid,
                        export_dir=export_dir, replicas=replicas, ray_address=ray_address)
@@ -315,7 +329,7 @@ def runs(db: str | None, fmt: str, limit: int | None, wide: bool) -> None:
     from autotune.ui import print_json, print_table, runs_table
 
     rows = _open_store(db, read_only=True).runs(limit)
-    print_json(rows) if fmt == "json" else print_table(runs_table(rows, wide=wide), wide=wide)
+    print_json(rows) if fmt == "json" else print_table(*runs_table(rows, wide=wide), wide=wide)
 
 
 @cli.command()
@@ -350,7 +364,8 @@ def trials(run_id: str | None, workload: str | None, db: str | None, fmt: str,
 @_wide_option
 def recommendations(workload: str | None, history: bool, db: str | None, fmt: str,
                     wide: bool) -> None:
-    """Current recommendations per workload (with --history: the lineage).
+    """Per workload, the active recommendation; a workload without one shows its newest
+    result (infeasible, candidate, or failed) and why. With --history: every recommendation.
 
     \b
     Example:
@@ -359,13 +374,17 @@ def recommendations(workload: str | None, history: bool, db: str | None, fmt: st
     from autotune.ui import print_json, print_table, recommendations_table
     from autotune.ui.lineage import lineage_table
 
-    rows = _open_store(db, read_only=True).recommendations(workload, history=history)
+    store = _open_store(db, read_only=True)
+    if history:
+        rows = store.recommendations(workload, history=True)
+        print_json(rows) if fmt == "json" else print_table(*lineage_table(rows, wide=wide),
+                                                           wide=wide)
+        return
+    statuses = store.workload_statuses(workload)
     if fmt == "json":
-        print_json(rows)
-    elif history:
-        print_table(*lineage_table(rows, wide=wide), wide=wide)
+        print_json(statuses)
     else:
-        print_table(*recommendations_table(rows, wide=wide), wide=wide)
+        print_table(*recommendations_table(statuses, wide=wide), wide=wide)
 
 
 @cli.command()
@@ -383,16 +402,19 @@ def recommendations(workload: str | None, history: bool, db: str | None, fmt: st
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
               help="Write to this file (atomically) instead of stdout.")
 @click.option("--force", is_flag=True,
-              help="Export even when the workload's newest result is infeasible.")
+              help="Export even when the workload's newest result is infeasible or its "
+                   "outputs are flagged.")
 @_db_option
 def export(workload: str | None, fmt: str, run_id: str | None, output: Path | None,
            force: bool, db: str | None) -> None:
     """Export the active recommendation exactly as `vllm serve` takes it.
 
     A workload whose newest result is infeasible (no config measured serves its traffic within
-    the SLO) is refused with the reason, unless --force, or unless its run's capacity plan gives
-    it the replicas it needs. Which vLLM build the keys need is said on stderr (and in a comment
-    line of --format vllm-args, with the plan's replica count).
+    the SLO), or whose outputs differ from the baseline's beyond the engine's numerics
+    (flagged, docs/outputs.md), is refused with the reason, unless --force, or (infeasible
+    only) unless its run's capacity plan gives it the replicas it needs. Which vLLM build the
+    keys need is said on stderr (and in a comment line of --format vllm-args, with the plan's
+    replica count).
 
     \b
     Example:
@@ -402,6 +424,8 @@ def export(workload: str | None, fmt: str, run_id: str | None, output: Path | No
     """
     from autotune.cli.plan import export_production_stack, pick_exported
     from autotune.export import (
+        outputs_flagged,
+        outputs_reason,
         render,
         requirements_note,
         schedule_note,
@@ -422,6 +446,9 @@ def export(workload: str | None, fmt: str, run_id: str | None, output: Path | No
                                      "give --workload", param_hint="--workload")
         rec, deployment = pick_exported(store, workload, force=force,
                                         with_plan=fmt == "vllm-args")
+        if outputs_flagged(rec):
+            click.echo(f"warning: exporting #{rec.id}, whose outputs are flagged (--force): "
+                       f"{outputs_reason(rec)}", err=True)
         text = render(rec, fmt, deployment)
         note = schedule_note(rec) if fmt == "schedule" else None
         if note:
@@ -466,7 +493,8 @@ def report(run_id: str | None, db: str | None, output: Path) -> None:
 @click.option("--check", is_flag=True,
               help="Exit 1 unless a daemon is running (for health checks).")
 def status(state_file: Path, db: str | None, fmt: str, check: bool) -> None:
-    """The daemon's state: current run, last finished run, next pass, active recommendations.
+    """The daemon's state: who holds the lease on each traffic (host, pid, since), current
+    run, last finished run, next pass, active recommendations.
 
     \b
     Example:
@@ -474,6 +502,8 @@ def status(state_file: Path, db: str | None, fmt: str, check: bool) -> None:
       autotune status --check   # HEALTHCHECK: exit 1 when no daemon runs
     """
     from autotune.daemon import read_daemon_state
+    from autotune.store import leases
+    from autotune.store.models import utcnow
     from autotune.ui import print_json, print_status
 
     state = read_daemon_state(state_file)
@@ -482,12 +512,15 @@ def status(state_file: Path, db: str | None, fmt: str, check: bool) -> None:
     current = [r for r in runs if r.status == "running"]
     last = next((r for r in runs if r.status == "finished"), None)
     recs = store.recommendations()
+    held = leases(store)
+    now = utcnow()
     if fmt == "json":
-        print_json([{"daemon": state, "current_runs": current, "last_finished_run": last,
+        print_json([{"daemon": state, "leases": [lease.to_json(now) for lease in held],
+                     "current_runs": current, "last_finished_run": last,
                      "next_pass": state.get("next_pass") if state else None,
                      "active_recommendations": recs}])
     else:
-        print_status(state, current, last, recs)
+        print_status(state, held, current, last, recs, now)
     if check and not (state and state.get("alive")):
         sys.exit(1)
 

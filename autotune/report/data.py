@@ -10,7 +10,7 @@ capacity plan (its GPU curves: :mod:`autotune.report.plan_series`).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -69,6 +69,8 @@ class TrialPoint:
     error: str | None = None
     #: measured at capacity (the fastest replay meeting the SLOs), not at the trace's rate
     at_capacity: bool = False
+    #: the output check stored with the trial (docs/outputs.md); None: not made yet
+    output_check: Mapping[str, Any] | None = None
 
     @property
     def window(self) -> int | None:
@@ -92,7 +94,9 @@ class TrialPoint:
                    params=dict(t.params), value=_num(t.value), feasible=t.feasible,
                    throughput=_num(m.get(THROUGHPUT)), itl_p99_ms=_num(m.get(ITL_P99)),
                    ttft_p99_ms=_num(m.get("ttft_p99_ms")), error=t.error,
-                   at_capacity="capacity_replays" in m)
+                   at_capacity="capacity_replays" in m,
+                   output_check=(dict(m["output_check"])
+                                 if isinstance(m.get("output_check"), Mapping) else None))
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ chart data is JSON that plotly escapes itself. The file is written atomically.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
@@ -159,17 +159,63 @@ def _recommendation_row(rec: RecommendationRecord) -> str:
         f'<td class="num">{_num(speedup, 3) + "x" if speedup is not None else "n/a"}</td>'
         f'<td class="num">{_num(acc.get("predicted_tokens_per_step"), 3)} → '
         f'{_num(acc.get("measured_tokens_per_step"), 3)}</td>'
-        f'<td>{slo}</td><td class="reason">{_e(rec.reason)}{_provenance(rec)}</td></tr>')
+        f"<td>{slo}</td><td>{_outputs_cell(rec.provenance.get('outputs'))}</td>"
+        f'<td class="reason">{_e(rec.reason)}{_provenance(rec)}</td></tr>')
+
+
+def _outputs_cell(check: Any) -> str:
+    """An output check (docs/outputs.md) in a cell: identical share, first divergence and the
+    verdict; "not checked" without tokens."""
+    if not isinstance(check, Mapping) or not check.get("checked"):
+        return "not checked"
+    share = check.get("identical_share")
+    first = check.get("first_divergence")
+    parts = []
+    if isinstance(share, int | float):
+        parts.append(f"{share:.0%} of {_e(check.get('prompts'))} identical")
+    if isinstance(first, Mapping):
+        parts.append(f"first divergence: prompt {_e(first.get('prompt'))}, token "
+                     f"{_e(first.get('position'))}")
+    verdict = ('<b class="bad">FLAGGED</b>' if check.get("flagged") else
+               '<span class="ok">faithful</span>')
+    return "<br>".join([verdict, *parts])
+
+
+def _output_checks(data: ReportData) -> str:
+    """Every trial's output check, per workload (none: a backend without tokens)."""
+    rows = []
+    for w in data.workloads:
+        for t in sorted(w.trials, key=lambda t: t.number):
+            if t.output_check is None or not t.output_check.get("checked"):
+                continue
+            rows.append(f"<tr><td>{_e(w.name)}</td><td class=\"num\">{t.number}</td>"
+                        f"<td>{_e(t.label())}{' (baseline)' if t.baseline else ''}</td>"
+                        f"<td>{_outputs_cell(t.output_check)}</td>"
+                        f'<td class="reason">{_e(t.output_check.get("reason"))}</td></tr>')
+    if not rows:
+        return ('<section id="outputs"><h2>Outputs checked</h2><p class="caption">Outputs not '
+                "checked: this run's backend decodes no tokens (the simulator), or the policy "
+                "sets <code>outputs.prompts: 0</code>.</p></section>")
+    head = ("<tr><th>workload</th><th>#</th><th>config</th><th>outputs</th><th>verdict</th>"
+            "</tr>")
+    return ('<section id="outputs"><h2>Outputs checked</h2><p class="caption">Each trial '
+            "decoded the same prompts greedily; its tokens against the baseline's and a "
+            "config without speculation's. A divergence where the two tokens nearly tie is the "
+            "engine's numerics; any other flags the config (never promoted, exported only with "
+            "<code>--force</code>).</p>"
+            f'<div class="scroll"><table><thead>{head}</thead><tbody>{"".join(rows)}'
+            "</tbody></table></div></section>")
 
 
 def _recommendations(data: ReportData) -> str:
     head = ("<tr><th>workload</th><th>status</th><th>window</th><th>adaptive</th>"
             "<th>max_num_<wbr>seqs</th><th>max_num_<wbr>batched_<wbr>tokens</th>"
             f"<th>{_e(data.objective)} [CI]</th><th>baseline</th><th>speedup</th>"
-            "<th>tokens/step pred → meas</th><th>SLOs met</th><th>reason</th></tr>")
+            "<th>tokens/step pred → meas</th><th>SLOs met</th><th>outputs</th>"
+            "<th>reason</th></tr>")
     body = "".join(_recommendation_row(r) for r in data.recommendations)
     if not body:
-        body = ('<tr><td colspan="12">this run made no recommendation (every trial failed?); '
+        body = ('<tr><td colspan="13">this run made no recommendation (every trial failed?); '
                 "see <code>autotune trials --run "
                 f"{_e(data.run.id)}</code></td></tr>")
     return (
@@ -210,6 +256,7 @@ def render_report(data: ReportData, charts: Sequence[Chart] | None = None) -> st
         f'<header>{_header(data)}<nav><a href="#recommendations">Recommendations</a>{nav}'
         "</nav></header>"
         + _recommendations(data)
+        + _output_checks(data)
         + _no_plan(data)
         + "".join(_chart_section(c) for c in charts)
         + f"<footer>generated {_e(data.generated_at)} by autotune {_e(__version__)} from "

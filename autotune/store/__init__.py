@@ -17,6 +17,7 @@ from autotune.store.records import (
     RunRecord,
     SampleRecord,
     TrialRecord,
+    WorkloadStatus,
 )
 from autotune.store.schema import HEAD, UpgradeResult, upgrade
 from autotune.store.store import Store, new_run_id
@@ -36,6 +37,7 @@ __all__ = [
     "Store",
     "TrialRecord",
     "UpgradeResult",
+    "WorkloadStatus",
     "lease_key",
     "leases",
     "new_run_id",
