@@ -34,8 +34,12 @@ def test_the_pass_stores_the_mixed_readings_and_the_plan(tuned: tuple[str, str])
         assert reading["error"] is None
         metrics = reading["metrics"]
         assert metrics["load_scale"] > 0 and "capacity_met_slo" in metrics
-        # every workload's replayed requests together, the warm-up left out
-        assert metrics["requests"] == sum(len(v) for v in arrivals.values()) - 4
+        # the mixed sample: more requests than any workload alone holds (a reading's window
+        # may hold fewer than all of them)
+        replayed = [v for k, v in metrics.items() if k.startswith("replay")
+                    and k.endswith("_requests")]
+        assert max(replayed) > max(len(v) for v in arrivals.values())
+        assert max(replayed) <= sum(len(v) for v in arrivals.values())
     plan = stored.plan
     assert plan["run"] == run_id and plan["split_or_shared"] is not None
     assert [t["growth"] for t in plan["totals"]] == [1.0, 2.0, 4.0]
