@@ -76,3 +76,19 @@ def test_bad_plan_settings_name_the_flag_and_print_nothing(tuned: tuple[str, str
     db, run_id = tuned
     code, out, err = run("plan", "--run", run_id, "--db", db, *args)
     assert code == 2 and flag in err and out == ""
+
+
+def test_the_mixed_readings_are_charged_to_the_pass(tuned: tuple[str, str]) -> None:
+    db, run_id = tuned
+    store = Store.open(db)
+    try:
+        stored = store.plan(run_id)
+        options = store.run(run_id).options
+        trials = store.trials(run_id)
+    finally:
+        store.close()
+    assert stored is not None and stored.shared
+    for reading in stored.shared:
+        assert reading["metrics"]["cost_replica_h"] > 0
+    cost = options["cost"]["workloads"]
+    assert set(cost) == {t.workload for t in trials} | {"(mixed)"}
