@@ -80,7 +80,8 @@ def _tuning_flags(f: F) -> F:
                      help="Where the speculative-config exports are written."),
         click.option("--replicas", type=click.IntRange(min=1), default=None, metavar="N",
                      help="Replicas running trials in parallel (default: sim, the local cores; "
-                          "vllm, as many as the Ray cluster holds). 1 sim replica without "
+                          "vllm, or sim with policy sim.reserve_gpus, as many as the Ray cluster "
+                          "holds). 1 sim replica without "
                           "--ray-address runs in this process, without Ray."),
         click.option("--ray-address", default=None, metavar="auto|HOST:PORT",
                      callback=_ray_address,

@@ -199,6 +199,7 @@ def _default_pool(options: TuneOptions) -> PoolFactory:
             kind=options.backend, serve=options.policy.serve.spec(),
             backend_options=options.merged_backend_options(), seed=options.seed,
             replicas=options.replicas, address=options.ray_address,
+            sim_reserves_gpus=options.policy.sim.reserve_gpus,
             max_retries=options.policy.budget.max_retries)
         return open_pool(settings, backend, progress=rep.replay_progress)
     return make
