@@ -18,6 +18,8 @@ interval and the chance each meets its bound. Three layers, each a mechanism:
    stalled count. Where the p99 sits between the plain steps and the stalls (the stalls are
    about 1% of the gaps), whether a few chunk steps land among the gaps read decides it, and
    the distribution is wide and two-humped; where it sits inside one population it is narrow.
+   Slow TTFTs come in runs the same way (a queue that builds up delays every request arriving
+   into it): the count above x varies by the physics' mean run of slow requests.
 3. **Calibration** (:class:`_Residual`). What the physics still gets wrong is learned from every
    reading of every rate the runs made (each trial reads several rates): the log ratio of
    each measured p99 to the physics' median, with the sampling spread of step 2 as its known
@@ -149,6 +151,8 @@ class _Physics:
     ttft: FloatArray        # (K, N) measured requests' TTFT (s)
     wait: FloatArray        # (K, N) the part of it spent waiting (slot, prefill queue)
     feasible: npt.NDArray[np.bool_]
+    #: (K,) requests one queue episode makes slow together (:func:`_slow_runs`); None: 1
+    ttft_cluster: FloatArray | None = None
 
     def share(self, tail: str) -> FloatArray:
         """Per row, the share of the p99's neighbourhood (the slowest :data:`_NEAR_P99` of the
@@ -175,9 +179,22 @@ def _physics(wl: WorkloadModel, configs: Sequence[TrialConfig], scales: FloatArr
     lat = latency(wl, grid, cost, factors, st, scales)
     # an unstable queue's steps and waits are unbounded: a large finite time keeps the counts
     # well defined (such a row misses every bound)
+    ttft = _finite(measured_ttft(wl, grid, lat, st))
     return _Physics(_finite(lat.durations), _finite(lat.weights), lat.stall_from,
-                    np.maximum(_finite(st.b), 1.0), _finite(measured_ttft(wl, grid, lat, st)),
-                    _finite(measured_ttft(wl, grid, lat, st, wait=True)), lat.feasible)
+                    np.maximum(_finite(st.b), 1.0), ttft,
+                    _finite(measured_ttft(wl, grid, lat, st, wait=True)), lat.feasible,
+                    _slow_runs(ttft))
+
+
+def _slow_runs(ttft: FloatArray) -> FloatArray:
+    """Per row, the mean length of the runs (in arrival order) of requests among the slowest
+    :data:`_NEAR_P99`: a queue that builds up delays the requests arriving into it together,
+    so the TTFTs above a level come in runs, and how many exceed it varies by whole runs."""
+    edge = np.quantile(ttft, 1.0 - _NEAR_P99, axis=1)[:, None]
+    slow = ttft >= edge
+    starts = slow[:, :1].astype(np.float64).sum(axis=1) + (slow[:, 1:] & ~slow[:, :-1]).sum(axis=1)
+    out: FloatArray = np.maximum(slow.sum(axis=1) / np.maximum(starts, 1.0), 1.0)
+    return out
 
 
 def _finite(values: FloatArray) -> FloatArray:
@@ -200,7 +217,8 @@ def _weight_above(values: FloatArray, weights: FloatArray, x: FloatArray) -> Flo
 def _p99_cdf(tail: str, ph: _Physics, x: FloatArray) -> FloatArray:
     """P(measured p99 <= x) (x in s, (K, X)) with the physics' gaps or TTFTs as they are:
     the count above x against the 1% allowed, a normal approximation whose variance counts
-    the stalled gaps' clusters (see the module doc)."""
+    the stalled gaps' clusters, and the runs of requests one queue episode delays together
+    (see the module doc)."""
     from scipy.special import ndtr
 
     if tail == "itl_p99_ms":
@@ -211,7 +229,8 @@ def _p99_cdf(tail: str, ph: _Physics, x: FloatArray) -> FloatArray:
         mean, var = plain + stalled, plain + ph.cluster[:, None] * stalled
     else:
         t = ph.ttft
-        mean = var = _weight_above(t, np.ones_like(t), x)
+        mean = _weight_above(t, np.ones_like(t), x)
+        var = mean * (1.0 if ph.ttft_cluster is None else ph.ttft_cluster[:, None])
         n = np.full((t.shape[0], 1), float(t.shape[1]))
     allowed = (1.0 - SLO_QUANTILE) * n
     out: FloatArray = ndtr((allowed + 0.5 - mean) / np.sqrt(var + 0.25))

@@ -18,6 +18,7 @@ from autotune.predict.tail import (
     TailReading,
     _p99_cdf,
     _Physics,
+    _slow_runs,
     replay_tail_keys,
     tail_readings,
 )
@@ -165,3 +166,14 @@ def test_an_observation_keeps_every_reading_s_p99s() -> None:
         (1.0, 30.0, 300.0), (2.0, 50.0, 600.0), (4.0, 90.0, 1200.0)]
     failed = Observation.from_result(CONFIGS[0], None, False, summary, slo=SLO, target=1.0)
     assert failed.tails == ()
+
+
+def test_slow_requests_that_queue_together_count_as_one_run() -> None:
+    # the four slowest of 200 requests: arriving one after another (one queue episode) they
+    # make one run of 4, spread apart four runs of 1
+    together = np.ones((1, 200))
+    together[0, 50:54] = 10.0
+    apart = np.ones((1, 200))
+    apart[0, [10, 60, 110, 160]] = 10.0
+    assert _slow_runs(together)[0] == 4.0
+    assert _slow_runs(apart)[0] == 1.0
