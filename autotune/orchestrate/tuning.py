@@ -99,7 +99,7 @@ def tune(options: TuneOptions, store: Store, reporter: Reporter | None = None,
         result = recommend_workload(store, options.policy, run.run_id,
                                     _finished(w, budget_stop), provenance,
                                     backend=options.backend, export_dir=options.export_dir,
-                                    seed=options.seed)
+                                    seed=options.seed, decodes_tokens=decodes_tokens(backend))
         rep.workload_finished(result)
         results.append(result)
         announce_moment("recommended")
