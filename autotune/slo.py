@@ -12,6 +12,11 @@ these two functions rather than its own comparison:
   bound and the p99 of the pooled inter-token gaps within the ITL bound. A replay with no
   latency sample at all misses every bound it has.
 
+A p99 read from a few hundred values is uncertain, and :meth:`Slo.verdict` says how much: an
+order-statistic interval for each p99 (:func:`p99_interval_ms`) and a verdict of *met*, *missed*
+or *undecided* (the interval straddles the bound), so that a reading too thin to decide the SLO
+is never taken as certain.
+
 This module is a leaf: it imports nothing from autotune (``autotune.types`` re-exports
 :class:`Slo`).
 """
@@ -30,8 +35,9 @@ if TYPE_CHECKING:  # numpy is imported where arrays are judged: read-only comman
     FloatArray = npt.NDArray[np.float64]
     BoolArray = npt.NDArray[np.bool_]
 
-__all__ = ["KEPT_UP", "MAX_SCALE", "MIN_SCALE", "Slo", "SloCheck", "margin_from_summary",
-           "quantile_ms"]
+__all__ = ["KEPT_UP", "MAX_SCALE", "MIN_SCALE", "P99_CONFIDENCE", "RESOLUTION", "Slo", "SloCheck",
+           "SloVerdict", "itl_independent_gaps", "margin_from_summary", "p99_interval_ms",
+           "quantile_ms", "values_to_bound"]
 
 #: The percentile the SLO bounds (as a fraction).
 SLO_QUANTILE = 0.99
@@ -44,6 +50,23 @@ KEPT_UP = 0.95
 #: shared by the capacity search and the predictor that forecasts its reading.
 MIN_SCALE, MAX_SCALE = 1 / 64, 64.0
 
+#: The capacity search stops refining once the highest rate met and the lowest missed are
+#: within this fraction of each other (so a capacity lies within this fraction above the rate
+#: it kept, when the rate above was not read).
+RESOLUTION = 0.02
+
+
+#: One-sided confidence of a verdict: *met* says the p99 is within its bound, *missed* that it is
+#: over it, each with this confidence (the two ends of a central interval of 2 × this - 1).
+P99_CONFIDENCE = 0.95
+
+
+def values_to_bound(q: float = SLO_QUANTILE, confidence: float = P99_CONFIDENCE) -> int:
+    """The fewest independent values whose q-quantile has an upper bound at ``confidence``
+    (:func:`p99_interval_ms`): the chance that none exceeds it, q^n, is at most 1 - confidence.
+    299 for the p99 at 95%."""
+    return math.ceil(math.log(1.0 - confidence) / math.log(q))
+
 
 def quantile_ms(values: FloatArray, q: float) -> float:
     """The q-quantile of ``values`` (seconds) in milliseconds; NaN when empty."""
@@ -52,6 +75,90 @@ def quantile_ms(values: FloatArray, q: float) -> float:
     if values.size == 0:
         return math.nan
     return float(np.quantile(values, q)) * 1000.0
+
+
+def p99_interval_ms(values: FloatArray, independent: float | None = None,
+                    q: float = SLO_QUANTILE, confidence: float = P99_CONFIDENCE
+                    ) -> tuple[float, float]:
+    """A distribution-free interval for the q-quantile of ``values`` (seconds), in ms.
+
+    Of n independent values, the number below the true quantile is Binomial(n, q), so the
+    order statistics of ranks l = F⁻¹(1 - c) and u = F⁻¹(c) + 1 (F the binomial's CDF, c the
+    ``confidence``) bound it from below and above, each with confidence c. The high end is
+    ``inf`` when u > n (too few values lie above the quantile to bound it: fewer than
+    :func:`values_to_bound`); the low end is ``-inf`` when l < 1; both NaN when there is no value.
+
+    ``independent``: how many independent observations the values hold when fewer than their
+    number (the token gaps of one decode step are one observation: the step's time, shared by
+    its batch; :func:`itl_independent_gaps`). The ranks are then drawn from that many and read
+    at the same fractions of the sorted values.
+    """
+    import numpy as np
+    from scipy.stats import binom
+
+    n = int(values.size)
+    if n == 0:
+        return math.nan, math.nan
+    k = max(1.0, min(float(independent), n)) if independent is not None else float(n)
+    trials = max(1, round(k))
+    low_rank = float(binom.ppf(1.0 - confidence, trials, q)) / trials   # fraction of values
+    high_rank = (float(binom.ppf(confidence, trials, q)) + 1.0) / trials
+    ordered = np.sort(values)
+
+    def at(fraction: float) -> float:  # the value of rank ceil(fraction × n), 1-based
+        rank = math.ceil(fraction * n - 1e-9)
+        return float(ordered[rank - 1]) * 1000.0
+
+    low = at(low_rank) if low_rank * n >= 1 else -math.inf
+    high = at(high_rank) if high_rank <= 1.0 else math.inf
+    return low, high
+
+
+def itl_independent_gaps(itl_s: FloatArray, duration_s: float) -> float:
+    """How many independent observations pooled token gaps hold: one per decode step. Every
+    request of a step's batch waits the same step, so a replay of ``duration_s`` holds at most
+    duration / mean gap steps (the replica busy throughout), and never more steps than gaps."""
+    n = float(itl_s.size)
+    if n == 0:
+        return 0.0
+    mean = float(itl_s.mean())
+    if not (mean > 0 and duration_s > 0 and math.isfinite(duration_s)):
+        return n
+    return min(n, duration_s / mean)
+
+
+@dataclass(frozen=True, slots=True)
+class SloVerdict:
+    """A replay's p99s with their intervals (:func:`p99_interval_ms`) against an SLO.
+
+    ``code`` is 1.0 when met (every bounded p99's interval lies within its bound and every
+    request completed), 0.0 when missed (a request failed, a bounded p99 has no sample, or an
+    interval lies over its bound), 0.5 when undecided (an interval straddles its bound).
+    ``requests`` and ``itl_gaps`` are what the p99 TTFT and p99 ITL rest on;
+    ``itl_independent`` how many independent observations those gaps hold.
+    """
+
+    code: float
+    requests: int
+    itl_gaps: int
+    itl_independent: float
+    ttft_p99_low_ms: float
+    ttft_p99_high_ms: float
+    itl_p99_low_ms: float
+    itl_p99_high_ms: float
+
+    @property
+    def label(self) -> str:
+        return {1.0: "met", 0.0: "missed"}.get(self.code, "undecided")
+
+    def as_metrics(self) -> dict[str, float]:
+        """The contract's trial-metric keys (floats)."""
+        return {"slo_verdict_code": self.code, "p99_requests": float(self.requests),
+                "p99_itl_gaps": float(self.itl_gaps),
+                "p99_itl_independent": self.itl_independent,
+                "ttft_p99_low_ms": self.ttft_p99_low_ms,
+                "ttft_p99_high_ms": self.ttft_p99_high_ms,
+                "itl_p99_low_ms": self.itl_p99_low_ms, "itl_p99_high_ms": self.itl_p99_high_ms}
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +232,30 @@ class Slo:
                 constraints[name] = measured - bound if math.isfinite(measured) else bound
         constraints["failed_requests"] = float(failed) if ok.size else 1.0
         return SloCheck(ttft, itl, failed, constraints)
+
+    def verdict(self, ok: BoolArray, ttft_s: FloatArray, itl_s: FloatArray,
+                duration_s: float) -> SloVerdict:
+        """Judge a replay with the uncertainty of its p99s: met, missed or undecided (see
+        :class:`SloVerdict`); ``duration_s``, the measured window, bounds how many independent
+        decode steps the gaps hold (:func:`itl_independent_gaps`)."""
+        import numpy as np
+
+        ok = np.asarray(ok, dtype=bool)
+        ttft = ttft_s[ok]
+        independent = itl_independent_gaps(itl_s, duration_s)
+        ttft_low, ttft_high = p99_interval_ms(ttft)
+        itl_low, itl_high = p99_interval_ms(itl_s, independent)
+        codes = [0.0 if not ok.size or not ok.all() else 1.0]
+        for low, high, bound in ((ttft_low, ttft_high, self.ttft_p99_ms),
+                                 (itl_low, itl_high, self.itl_p99_ms)):
+            if bound is None:
+                continue
+            if math.isnan(low) or low > bound:
+                codes.append(0.0)
+            elif high > bound:
+                codes.append(0.5)
+        return SloVerdict(min(codes), int(ttft.size), int(itl_s.size), independent,
+                          ttft_low, ttft_high, itl_low, itl_high)
 
 
 def margin_from_summary(summary: Mapping[str, Any], slo: Slo, target: float) -> float:

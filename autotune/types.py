@@ -27,7 +27,9 @@ __all__ = [
     "AcceptanceCurve",
     "CapacityHint",
     "FloatArray",
+    "GreedyOutput",
     "Measurement",
+    "OutputCheck",
     "Progress",
     "ReplaySchedule",
     "Request",
@@ -35,6 +37,8 @@ __all__ = [
     "Slo",
     "SloCheck",
     "TrialConfig",
+    "outputs_as_dict",
+    "outputs_from_dict",
     "quantile_ms",
 ]
 
@@ -101,6 +105,28 @@ class CapacityHint:
 
 
 @dataclass(frozen=True, slots=True)
+class OutputCheck:
+    """Prompts a trial decodes greedily after its replay, so that its outputs can be compared
+    with other configs' (docs/outputs.md): the same ``requests`` (their prompts) for every
+    trial of a workload, ``max_tokens`` tokens each, temperature 0, end-of-sequence ignored."""
+
+    requests: tuple[Request, ...]
+    max_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class GreedyOutput:
+    """One prompt's greedily decoded tokens. ``margins[t]``: the log-probability of the chosen
+    token minus that of the runner-up at position t (NaN: unknown); ``runner_up[t]``: the
+    runner-up's token id (-1: unknown). Both are empty when the engine returned no
+    log-probabilities."""
+
+    tokens: tuple[int, ...]
+    margins: tuple[float, ...] = ()
+    runner_up: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class ReplaySchedule:
     """What a replica replays: requests in arrival order plus how to pace them.
 
@@ -113,7 +139,10 @@ class ReplaySchedule:
     trial: replay the trace at several rates (``time_scale``) on the same replica and keep the
     highest rate whose p99 TTFT and p99 ITL meet this SLO (DistServe's goodput). Without it the
     trace is replayed once, at ``time_scale``. ``capacity_hint``: where the strategy that chose
-    the config expects its capacity (None: no expectation).
+    the config expects its capacity (None: no expectation). ``output_check``: prompts the
+    trial decodes greedily after its replay (None: no check; a backend without tokens ignores
+    it). ``capacity_window_s``: replica seconds of arrivals one capacity reading replays (a
+    slice of ``requests``; None: all).
     """
 
     requests: Iterable[Request]
@@ -125,6 +154,8 @@ class ReplaySchedule:
     label: str = ""
     capacity_slo: Slo | None = None
     capacity_hint: CapacityHint | None = None
+    output_check: OutputCheck | None = None
+    capacity_window_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -249,6 +280,8 @@ class Measurement:
     in the replica's clock (simulated seconds for the simulator). ``busy_s`` is what the replay
     cost the replica: from the first request sent (warm-up included) to the last completion, in
     the same clock — on real hardware, replica time spent (NaN: the backend did not say).
+    ``outputs``: the schedule's :class:`OutputCheck` decoded greedily, one per prompt (None: not
+    checked, e.g. the simulator, which has no tokens).
     """
 
     ttft_s: FloatArray
@@ -263,6 +296,7 @@ class Measurement:
     errors: tuple[str, ...] = ()
     extra: Mapping[str, float] = field(default_factory=dict)
     busy_s: float = math.nan
+    outputs: tuple[GreedyOutput, ...] | None = None
 
     @property
     def requests(self) -> int:
@@ -309,8 +343,35 @@ class Measurement:
             out["per_position_acceptance"] = list(self.acceptance.per_position)
             out["acceptance"] = self.acceptance.as_dict()
         out.update({k: float(v) for k, v in self.extra.items()})
-        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
-                for k, v in out.items()}
+        out = {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+               for k, v in out.items()}
+        if self.outputs is not None:
+            out["outputs"] = outputs_as_dict(self.outputs)
+        return out
+
+
+def outputs_as_dict(outputs: Iterable[GreedyOutput]) -> dict[str, Any]:
+    """Greedy outputs as JSON (a trial's ``metrics["outputs"]``): per prompt its tokens, and
+    its margins (None when unknown) and runner-up ids when the engine gave log-probabilities."""
+    items = list(outputs)
+    return {
+        "tokens": [list(o.tokens) for o in items],
+        "margins": [[round(m, 5) if math.isfinite(m) else None for m in o.margins]
+                    for o in items],
+        "runner_up": [list(o.runner_up) for o in items],
+    }
+
+
+def outputs_from_dict(data: Mapping[str, Any]) -> tuple[GreedyOutput, ...]:
+    """The inverse of :func:`outputs_as_dict` (a stored trial's greedy outputs)."""
+    tokens = data.get("tokens") or []
+    margins = data.get("margins") or [[] for _ in tokens]
+    runner_up = data.get("runner_up") or [[] for _ in tokens]
+    return tuple(
+        GreedyOutput(tuple(int(x) for x in t),
+                     tuple(math.nan if m is None else float(m) for m in ms),
+                     tuple(int(r) for r in rs))
+        for t, ms, rs in zip(tokens, margins, runner_up, strict=False))
 
 
 @dataclass(frozen=True, slots=True)

@@ -146,3 +146,29 @@ def test_vllm_args_export_the_measured_config_not_the_schedule() -> None:
     args = shlex.split(render(rec, "vllm-args"), comments=True)
     spec = json.loads(args[args.index("--speculative-config") + 1])
     assert spec == REC.speculative_config
+
+
+FLAGGED = {"checked": True, "flagged": True,
+           "reason": "outputs differ from the baseline beyond the engine's numerics: 3/8 "
+                     "identical; prompt 1 diverges at token 2 where the two tokens' "
+                     "log-probabilities differ by 4.1 (> tie margin 0.05)"}
+
+
+def test_a_flagged_newest_recommendation_is_exported_only_with_force() -> None:
+    from autotune.export import outputs_flagged, pick_for_export
+
+    older = record(id=1, status="active", provenance={"outputs": {"checked": True,
+                                                                  "flagged": False}})
+    newest = record(id=2, status="candidate", provenance={"outputs": FLAGGED})
+    assert outputs_flagged(newest) and not outputs_flagged(older)
+    assert not outputs_flagged(record(provenance={}))  # a simulator's: not checked, not flagged
+    with pytest.raises(ExportError, match=r"#2 .* is flagged: outputs differ from the "
+                                          r"baseline.*active recommendation #1 predates it.*"
+                                          r"--force"):
+        pick_for_export([newest, older], older, "code", force=False)
+    assert pick_for_export([newest, older], older, "code", force=True) is newest
+    with pytest.raises(ExportError, match="is flagged"):
+        pick_for_export([newest], None, "code", force=False)
+    # A flagged result older than the active one no longer stands in the way.
+    assert pick_for_export([older, record(id=0, provenance={"outputs": FLAGGED})], older,
+                           "code", force=False) is older

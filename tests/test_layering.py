@@ -11,11 +11,13 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "autotune"
 
-_BASE = {"errors", "slo", "types"}
+_BASE = {"errors", "redact", "slo", "types"}
 #: part -> the autotune parts it may import (besides itself)
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
+    "redact": set(),
     "slo": set(),
+    "cost": set(),
     "types": {"slo"},
     "objective": {"slo", "types"},
     "policy": _BASE,
@@ -27,14 +29,16 @@ ALLOWED: dict[str, set[str]] = {
     "predict": _BASE | {"acceptance"},
     "search": _BASE | {"acceptance", "objective", "policy", "predict"},
     "recommend": _BASE | {"acceptance", "export", "objective", "policy", "store"},
-    "orchestrate": _BASE | {"acceptance", "backends", "export", "objective", "policy",
-                            "recommend", "search", "store", "traffic"},
-    "report": _BASE | {"export", "store"},
+    "orchestrate": _BASE | {"acceptance", "backends", "cost", "export", "objective", "plan",
+                            "policy", "recommend", "search", "store", "traffic"},
+    "plan": _BASE | {"export", "objective", "policy", "recommend", "store"},
+    "report": _BASE | {"cost", "export", "plan", "policy", "store"},
     "daemon": _BASE | {"export", "orchestrate", "store", "traffic"},
-    "ui": _BASE | {"objective", "orchestrate", "policy", "recommend", "search", "store",
-                   "traffic"},
-    "cli": _BASE | {"backends", "daemon", "export", "orchestrate", "policy", "report", "store",
-                    "traffic", "ui"},
+    "ui": _BASE | {"cost", "objective", "orchestrate", "plan", "policy", "recommend", "search",
+                   "store", "traffic"},
+    "cli": _BASE | {"backends", "cost", "daemon", "export", "orchestrate", "plan", "policy",
+                    "report",
+                    "store", "traffic", "ui"},
 }
 
 

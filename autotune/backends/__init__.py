@@ -13,11 +13,12 @@ import importlib
 from collections.abc import Mapping
 from typing import Any
 
-from autotune.backends.base import Backend, Replica
+from autotune.backends.base import Backend, GreedyDecoder, Replica, decodes_tokens
 from autotune.errors import ConfigError
 from autotune.types import ServeSpec
 
-__all__ = ["Backend", "Replica", "available_backends", "create_backend"]
+__all__ = ["Backend", "GreedyDecoder", "Replica", "available_backends", "create_backend",
+           "decodes_tokens"]
 
 #: kind -> "module:factory" (imported lazily).
 _REGISTRY: dict[str, str] = {

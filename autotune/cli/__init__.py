@@ -19,11 +19,13 @@ from autotune.cli._common import (
     DURATION,
     F,
     _db_option,
+    _endpoint_options,
     _format_option,
     _Group,
     _open_store,
     _wide_option,
 )
+from autotune.cli.plan import plan as plan_command
 from autotune.cli.sim import sim as sim_group
 
 DEFAULT_STATE_FILE = Path("storage/daemon.json")
@@ -79,7 +81,8 @@ def _tuning_flags(f: F) -> F:
                      help="Where the speculative-config exports are written."),
         click.option("--replicas", type=click.IntRange(min=1), default=None, metavar="N",
                      help="Replicas running trials in parallel (default: sim, the local cores; "
-                          "vllm, as many as the Ray cluster holds). 1 sim replica without "
+                          "vllm, or sim with policy sim.reserve_gpus, as many as the Ray cluster "
+                          "holds). 1 sim replica without "
                           "--ray-address runs in this process, without Ray."),
         click.option("--ray-address", default=None, metavar="auto|HOST:PORT",
                      callback=_ray_address,
@@ -152,17 +155,16 @@ def _tune_options(traffic: Path, *, policy_path: Path | None, backend: str,
                   endpoint: str | None = None) -> Any:
     from autotune.orchestrate import TuneOptions
     from autotune.policy import load_policy
-    from autotune.ui import err
 
     overrides = {"budget.trials": budget_trials} if budget_trials else {}
     policy = load_policy(policy_path, overrides)
-    backend_options: dict[str, Any] = {}
-    if endpoint:
-        if backend != "vllm":
-            raise click.BadParameter("--endpoint needs --backend vllm", param_hint="--endpoint")
-        backend_options["endpoint"] = endpoint
-        err.print(f"attached to {endpoint}: no restarts, so tuning covers only what that "
-                  "server was started with")
+    backend_options = _endpoint_options(endpoint, backend) if endpoint else {}
+    if ray_address:
+        # A cluster that is not there, or refuses this machine's token, stops the command
+        # here, before the database is created or written.
+        from autotune.orchestrate.ray_join import check_cluster
+
+        check_cluster(ray_address, "--ray-address")
     return TuneOptions(traffic=traffic, policy=policy, backend=backend,
                        backend_options=backend_options, seed=seed, skip_invalid=skip_invalid,
                        export_dir=export_dir, replicas=replicas, ray_address=ray_address)
@@ -314,7 +316,7 @@ def runs(db: str | None, fmt: str, limit: int | None, wide: bool) -> None:
     from autotune.ui import print_json, print_table, runs_table
 
     rows = _open_store(db, read_only=True).runs(limit)
-    print_json(rows) if fmt == "json" else print_table(runs_table(rows, wide=wide), wide=wide)
+    print_json(rows) if fmt == "json" else print_table(*runs_table(rows, wide=wide), wide=wide)
 
 
 @cli.command()
@@ -349,7 +351,8 @@ def trials(run_id: str | None, workload: str | None, db: str | None, fmt: str,
 @_wide_option
 def recommendations(workload: str | None, history: bool, db: str | None, fmt: str,
                     wide: bool) -> None:
-    """Current recommendations per workload (with --history: the lineage).
+    """Per workload, the active recommendation; a workload without one shows its newest
+    result (infeasible, candidate, or failed) and why. With --history: every recommendation.
 
     \b
     Example:
@@ -358,40 +361,62 @@ def recommendations(workload: str | None, history: bool, db: str | None, fmt: st
     from autotune.ui import print_json, print_table, recommendations_table
     from autotune.ui.lineage import lineage_table
 
-    rows = _open_store(db, read_only=True).recommendations(workload, history=history)
+    store = _open_store(db, read_only=True)
+    if history:
+        rows = store.recommendations(workload, history=True)
+        print_json(rows) if fmt == "json" else print_table(*lineage_table(rows, wide=wide),
+                                                           wide=wide)
+        return
+    statuses = store.workload_statuses(workload)
     if fmt == "json":
-        print_json(rows)
-    elif history:
-        print_table(*lineage_table(rows, wide=wide), wide=wide)
-    else:
-        print_table(*recommendations_table(rows, wide=wide), wide=wide)
+        print_json(statuses)
+        return
+    table, notes = recommendations_table(statuses, wide=wide)
+    if not statuses:
+        notes.append((f"no result for workload {workload!r} yet" if workload else
+                      "no result yet") + "; run: autotune start --traffic SAMPLE --once")
+    print_table(table, notes, wide=wide)
 
 
 @cli.command()
-@click.option("--workload", required=True, help="Workload whose active recommendation to export.")
+@click.option("--workload", default=None,
+              help="Workload whose active recommendation to export (every format but "
+                   "production-stack, which covers every workload of a run's plan).")
 @click.option("--format", "fmt", type=click.Choice(["speculative-config", "vllm-args",
-                                                     "schedule"]),
+                                                     "schedule", "production-stack"]),
               default="speculative-config", show_default=True,
-              help="speculative-config JSON, the full vllm serve flags, or a window schedule.")
+              help="speculative-config JSON, the full vllm serve flags (with the plan's "
+                   "replica count), a window schedule, or production-stack Helm values.")
+@click.option("--run", "run_id", default=None,
+              help="production-stack: the run whose plan to deploy (default: the newest "
+                   "finished run).")
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
               help="Write to this file (atomically) instead of stdout.")
 @click.option("--force", is_flag=True,
-              help="Export even when the workload's newest result is infeasible.")
+              help="Export even when the workload's newest result is infeasible or its "
+                   "outputs are flagged.")
 @_db_option
-def export(workload: str, fmt: str, output: Path | None, force: bool, db: str | None) -> None:
+def export(workload: str | None, fmt: str, run_id: str | None, output: Path | None,
+           force: bool, db: str | None) -> None:
     """Export the active recommendation exactly as `vllm serve` takes it.
 
     A workload whose newest result is infeasible (no config measured serves its traffic within
-    the SLO) is refused with the reason, unless --force. Which vLLM build the keys need is said
-    on stderr (and in a comment line of --format vllm-args).
+    the SLO), or whose outputs differ from the baseline's beyond the engine's numerics
+    (flagged, docs/outputs.md), is refused with the reason, unless --force, or (infeasible
+    only) unless its run's capacity plan gives it the replicas it needs. Which vLLM build the
+    keys need is said on stderr (and in a comment line of --format vllm-args, with the plan's
+    replica count).
 
     \b
     Example:
       autotune export --workload code --format vllm-args
+      autotune export --format production-stack -o values.yaml   # helm install -f values.yaml
       vllm serve moonshotai/Kimi-K2.6 --speculative-config "$(autotune export --workload code)"
     """
+    from autotune.cli.plan import export_production_stack, pick_exported
     from autotune.export import (
-        pick_for_export,
+        outputs_flagged,
+        outputs_reason,
         render,
         requirements_note,
         schedule_note,
@@ -400,23 +425,27 @@ def export(workload: str, fmt: str, output: Path | None, force: bool, db: str | 
     )
 
     store = _open_store(db, read_only=True)
-    history = store.recommendations(workload, history=True)
-    if not history:
-        known = sorted({r.workload for r in store.recommendations(history=True)})
-        hint = f"workloads with recommendations: {', '.join(known)}" if known else \
-            "no recommendations yet; run: autotune start --traffic SAMPLE --once"
-        raise click.BadParameter(f"no recommendation for {workload!r}; {hint}",
-                                 param_hint="--workload")
-    rec = pick_for_export(history, store.active_recommendation(workload), workload,
-                          force=force)
-    if rec.status == "infeasible":
-        click.echo(f"warning: exporting infeasible #{rec.id} (--force): {rec.reason}", err=True)
-    text = render(rec, fmt)
-    note = schedule_note(rec) if fmt == "schedule" else None
-    if note:
-        click.echo(f"note: {note}", err=True)
-    if fmt != "vllm-args":
-        click.echo(f"note: {requirements_note(rec, speculative_config(rec))}", err=True)
+    if fmt == "production-stack":
+        if workload is not None:
+            raise click.BadParameter("production-stack values cover every workload of a "
+                                     "run's plan; leave out --workload (--run picks the run)",
+                                     param_hint="--workload")
+        text = export_production_stack(store, run_id)
+    else:
+        if workload is None:
+            raise click.BadParameter(f"--format {fmt} exports one workload's recommendation: "
+                                     "give --workload", param_hint="--workload")
+        rec, deployment = pick_exported(store, workload, force=force,
+                                        with_plan=fmt == "vllm-args")
+        if outputs_flagged(rec):
+            click.echo(f"warning: exporting #{rec.id}, whose outputs are flagged (--force): "
+                       f"{outputs_reason(rec)}", err=True)
+        text = render(rec, fmt, deployment)
+        note = schedule_note(rec) if fmt == "schedule" else None
+        if note:
+            click.echo(f"note: {note}", err=True)
+        if fmt != "vllm-args":
+            click.echo(f"note: {requirements_note(rec, speculative_config(rec))}", err=True)
     if output is None:
         sys.stdout.write(text)
     else:
@@ -455,7 +484,8 @@ def report(run_id: str | None, db: str | None, output: Path) -> None:
 @click.option("--check", is_flag=True,
               help="Exit 1 unless a daemon is running (for health checks).")
 def status(state_file: Path, db: str | None, fmt: str, check: bool) -> None:
-    """The daemon's state: current run, last finished run, next pass, active recommendations.
+    """The daemon's state: who holds the lease on each traffic (host, pid, since), current
+    run, last finished run, next pass, active recommendations.
 
     \b
     Example:
@@ -463,6 +493,8 @@ def status(state_file: Path, db: str | None, fmt: str, check: bool) -> None:
       autotune status --check   # HEALTHCHECK: exit 1 when no daemon runs
     """
     from autotune.daemon import read_daemon_state
+    from autotune.store import leases
+    from autotune.store.models import utcnow
     from autotune.ui import print_json, print_status
 
     state = read_daemon_state(state_file)
@@ -471,12 +503,15 @@ def status(state_file: Path, db: str | None, fmt: str, check: bool) -> None:
     current = [r for r in runs if r.status == "running"]
     last = next((r for r in runs if r.status == "finished"), None)
     recs = store.recommendations()
+    held = leases(store)
+    now = utcnow()
     if fmt == "json":
-        print_json([{"daemon": state, "current_runs": current, "last_finished_run": last,
+        print_json([{"daemon": state, "leases": [lease.to_json(now) for lease in held],
+                     "current_runs": current, "last_finished_run": last,
                      "next_pass": state.get("next_pass") if state else None,
                      "active_recommendations": recs}])
     else:
-        print_status(state, current, last, recs)
+        print_status(state, held, current, last, recs, now)
     if check and not (state and state.get("alive")):
         sys.exit(1)
 
@@ -537,6 +572,7 @@ def db_upgrade(db: str | None) -> None:
 
 
 cli.add_command(sim_group)
+cli.add_command(plan_command)
 
 
 def main() -> None:

@@ -25,6 +25,25 @@ the current one (a rate 11x out of reach costs one replay, not four halvings), s
 ``max_replays`` go to refining and the reading's resolution does not depend on how far out of
 reach the rate is. Every rate is still measured, never assumed: a wrong estimate only costs
 resolution.
+
+Each reading replays a bounded window of the traffic (``ReplaySchedule.capacity_window_s``,
+the policy's ``replay.window_s``): the busiest slice of the sample whose arrivals fit in it at
+the rate read (:mod:`~autotune.orchestrate.capacity_window`), so a reading's cost is about the
+window at any rate. A rate is credited only when its reading was sustained (the window spans
+:data:`~autotune.orchestrate.capacity_window.SETTLE_LIFETIMES` median request lifetimes): a
+reading that only drained a burst reads as a miss (its margin is the settle margin).
+
+When the strategy that chose the config says where it expects the capacity
+(``ReplaySchedule.capacity_hint``), the search starts there instead of at the rate to serve and
+steps by the hint's standard deviation (squared at each further step, up to 4×), so the bracket
+costs about two readings near the knee; the replica seconds it expects to spend are recorded
+before it starts (``capacity_predicted_busy_s``).
+
+The kept reading's p99s carry order-statistic intervals (:meth:`autotune.slo.Slo.verdict`):
+when one straddles its bound, the rate is read once more with twice the window (when the sample
+holds more requests there, enough to bound a p99 TTFT); a re-read that misses gives the
+capacity to the next slower rate met, and one still undecided is reported as such
+(``slo_verdict_code`` 0.5).
 """
 
 from __future__ import annotations
@@ -36,15 +55,12 @@ from dataclasses import replace
 from typing import NamedTuple
 
 from autotune.backends import Replica
-from autotune.slo import KEPT_UP, MAX_SCALE, MIN_SCALE
-from autotune.types import Measurement, Progress, ReplaySchedule, Slo
+from autotune.orchestrate.capacity_window import SETTLE_LIFETIMES, settle_margin, window_requests
+from autotune.slo import KEPT_UP, MAX_SCALE, MIN_SCALE, RESOLUTION, values_to_bound
+from autotune.types import CapacityHint, Measurement, Progress, ReplaySchedule, Request, Slo
 
 __all__ = ["KEPT_UP", "MAX_SCALE", "MIN_SCALE", "RESOLUTION", "kept_up", "replay_at_capacity",
            "replay_margin"]
-
-#: The capacity search stops refining once the highest rate met and the lowest missed are
-#: within this fraction of each other.
-RESOLUTION = 0.02
 
 #: :func:`replay_margin` of a replay that missed the SLO by failed requests, not by a p99.
 FAILED_MARGIN = math.log(2.0)
@@ -112,13 +128,19 @@ class _OutOfReplays(Exception):
 
 
 class _Replay(NamedTuple):
-    """One replay of the capacity search: its verdict, measurement, :func:`replay_margin` and
-    :func:`kept_up`."""
+    """One reading of the capacity search: its verdict (``met``: the SLO met, the arrivals kept
+    up with and the rate sustained), measurement, :func:`replay_margin` (raised to the
+    :func:`~autotune.orchestrate.capacity_window.settle_margin` when that is higher),
+    :func:`kept_up`, whether the SLO alone was met (``slo_met``), whether its window was a
+    sustained rate, and its window: replica seconds over which its measured requests arrived."""
 
     met: bool
     measurement: Measurement
     margin: float
     kept_up: float
+    slo_met: bool = True
+    sustained: bool = True
+    window_s: float = math.nan
 
 
 def _refine(run: Callable[[float], bool], tried: dict[float, _Replay], lo: float, hi: float,
@@ -156,26 +178,65 @@ def _refine(run: Callable[[float], bool], tried: dict[float, _Replay], lo: float
     return max(s for s in tried if lo <= s < hi and tried[s].met)
 
 
-def _tag(scale: float, tried: dict[float, _Replay], feasible: bool, at_target: _Replay,
-         slo: Slo) -> Measurement:
-    """The replay at ``scale``, tagged with the scale it ran at and how much of the rate it
-    kept up with; with what the replay at the target rate (the schedule's own ``time_scale``)
-    measured: ``target_*`` p99s, failures and keeping up, which say by how much a config
-    misses the SLO at the rate it must serve; and with every replay's decode aggregates and
-    p99s (``replay{i}_*``): the same replica at several loads profiles its step time at
-    several batch sizes, and its tail at several rates (:mod:`autotune.predict.tail`)."""
-    m = tried[scale].measurement
-    check = at_target.measurement.slo_check(slo)
-    extra = {**m.extra, "load_scale": scale, "capacity_replays": float(len(tried)),
-             "capacity_met_slo": 1.0 if feasible else 0.0, "kept_up": tried[scale].kept_up,
-             "target_ttft_p99_ms": check.ttft_p99_ms, "target_itl_p99_ms": check.itl_p99_ms,
-             "target_failed_requests": float(check.failed_requests),
-             "target_kept_up": at_target.kept_up}
-    for i, (s, replayed) in enumerate(sorted(tried.items())):
-        decode, tokens, span = replayed.measurement.decode_totals()
-        p99 = replayed.measurement.slo_check(slo)
+def _first_step(hint: CapacityHint | None) -> float | None:
+    """The factor of the first step away from a hinted start: one standard deviation of the
+    hint's log, at least 4 × :data:`RESOLUTION` and at most 4× (None: no hint, the ladder
+    doubles or quadruples up and halves down)."""
+    if hint is None or not math.isfinite(hint.log_sd):
+        return None
+    return min(max(math.exp(abs(hint.log_sd)), 1 + 4 * RESOLUTION), 4.0)
+
+
+def _predicted_busy_s(hint: CapacityHint | None, start: float, window_s: float | None,
+                      sample_span_s: float, max_replays: int) -> float:
+    """Replica seconds the reading is expected to spend, before it starts: its readings, each
+    the window at the start rate plus one drain (a quarter of a sustained window; module doc of
+    :mod:`~autotune.orchestrate.capacity_window`). With a hint: the start, one step to bracket
+    and Brent's steps across that bracket to :data:`RESOLUTION` (one halving each at worst);
+    without one: every replay allowed."""
+    span = sample_span_s / start if sample_span_s > 0 else math.nan
+    per = min(window_s, span) if window_s is not None else span
+    step = _first_step(hint)
+    readings = (float(max_replays) if step is None else
+                min(float(max_replays), 2.0 + math.ceil(math.log2(math.log(step)
+                                                                   / math.log1p(RESOLUTION)))))
+    return readings * per * (1.0 + 1.0 / SETTLE_LIFETIMES)
+
+
+def _tag(scale: float, readings: list[tuple[float, _Replay]], feasible: bool,
+         at_target: _Replay | None, slo: Slo, kept: _Replay) -> Measurement:
+    """The kept reading ``kept`` (at ``scale``), tagged with the scale it ran at, how much of
+    the rate it kept up with, whether it was sustained, the slowest rate that missed the SLO,
+    and its verdict with the p99 intervals (:meth:`autotune.slo.Slo.verdict`); with what the
+    reading at the target rate (the schedule's own ``time_scale``; absent when the search did
+    not read it) measured: ``target_*`` p99s, failures and keeping up, which say by how much a
+    config misses the SLO at the rate it must serve; and with every reading's decode
+    aggregates, cost and size (``replay{i}_*``, numbered as in ``readings``): the same replica
+    at several loads profiles its step time at several batch sizes, and its tail at several
+    rates (:mod:`autotune.predict.tail`)."""
+    m = kept.measurement
+    verdict = slo.verdict(m.ok, m.ttft_s, m.itl_s, m.duration_s)
+    extra: dict[str, float] = {
+        **m.extra, "load_scale": scale, "capacity_replays": float(len(readings)),
+        "capacity_met_slo": 1.0 if feasible else 0.0, "kept_up": kept.kept_up,
+        "capacity_sustained": 1.0 if kept.sustained else 0.0,
+        "capacity_window_s": kept.window_s, **verdict.as_metrics()}
+    missed = [s for s, r in readings if not r.slo_met]
+    if missed:
+        extra["capacity_high_scale"] = min(missed)
+    if at_target is not None:
+        check = at_target.measurement.slo_check(slo)
+        extra.update({"target_ttft_p99_ms": check.ttft_p99_ms,
+                      "target_itl_p99_ms": check.itl_p99_ms,
+                      "target_failed_requests": float(check.failed_requests),
+                      "target_kept_up": at_target.kept_up})
+    for i, (s, replayed) in enumerate(readings):
+        r = replayed.measurement
+        decode, tokens, span = r.decode_totals()
+        p99 = r.slo_check(slo)
         extra.update({f"replay{i}_scale": s, f"replay{i}_decode_time_s": decode,
                       f"replay{i}_decode_tokens": tokens, f"replay{i}_duration_s": span,
+                      f"replay{i}_busy_s": r.busy_s, f"replay{i}_requests": float(r.requests),
                       f"replay{i}_itl_p99_ms": p99.itl_p99_ms,
                       f"replay{i}_ttft_p99_ms": p99.ttft_p99_ms})
     return replace(m, extra=extra)
@@ -183,34 +244,53 @@ def _tag(scale: float, tried: dict[float, _Replay], feasible: bool, at_target: _
 
 def replay_at_capacity(replica: Replica, schedule: ReplaySchedule, slo: Slo,
                        progress: Progress | None = None, max_replays: int = 7) -> Measurement:
-    """The measurement at the highest ``time_scale`` that meets ``slo`` and keeps up with the
-    arrivals (see module doc).
+    """The measurement at the highest ``time_scale`` that meets ``slo``, keeps up with the
+    arrivals and is sustained over its window (see module doc).
 
     When even the slowest tried rate misses, the slowest replay is returned (tagged
     ``capacity_met_slo = 0``) so the search sees by how much it misses.
     """
+    requests = list(schedule.requests)
+    window = schedule.capacity_window_s
+    hint = schedule.capacity_hint
     wall = 0.0
     tried: dict[float, _Replay] = {}
-    base_span = _arrival_span(schedule)
+
+    def read(scale: float, window_s: float | None) -> _Replay:
+        nonlocal wall
+        part = window_requests(requests, scale, window_s)
+        # the server warms up once: only its first reading leaves requests out for it
+        warmup = min(schedule.warmup_requests, max(0, len(part) - 1)) if not tried else 0
+        sliced = replace(schedule, requests=part, time_scale=scale, warmup_requests=warmup)
+        m = replica.replay(sliced, progress)
+        wall += m.wall_time_s
+        span = _arrival_span(sliced) / scale
+        kept = kept_up(m, span)
+        slo_met = m.slo_check(slo).met and not kept < KEPT_UP
+        settle = settle_margin(m, span)
+        margin = replay_margin(m, slo, kept)
+        if slo_met and math.isfinite(settle):
+            margin = max(margin, settle)
+        sustained = bool(settle <= 0)
+        return _Replay(slo_met and sustained, m, margin, kept, slo_met, sustained, span)
 
     def run(scale: float) -> bool:
-        nonlocal wall
-        m = replica.replay(replace(schedule, time_scale=scale), progress)
-        wall += m.wall_time_s
-        kept = kept_up(m, base_span / scale)
-        tried[scale] = _Replay(m.slo_check(slo).met and not kept < KEPT_UP, m,
-                               replay_margin(m, slo, kept), kept)
+        tried[scale] = read(scale, window)
         return tried[scale].met
 
-    scale = schedule.time_scale
+    step = _first_step(hint)
+    scale = (min(max(hint.scale, MIN_SCALE), MAX_SCALE) if hint is not None and step is not None
+             else schedule.time_scale)
+    predicted = _predicted_busy_s(hint, scale, window, _arrival_span(schedule), max_replays)
     lo: float | None = None  # fastest known feasible
     hi: float | None = None  # slowest known infeasible
     if run(scale):
         lo = scale
         while len(tried) < max_replays and scale < MAX_SCALE:
             # far inside every bound (each p99 under a quarter of it): quadruple, else double
-            far = tried[scale].margin < -math.log(4.0)
-            scale = min(scale * (4.0 if far else 2.0), MAX_SCALE)
+            up = step or (4.0 if tried[scale].margin < -math.log(4.0) else 2.0)
+            scale = min(scale * up, MAX_SCALE)
+            step = min(step * step, 4.0) if step is not None else None
             if run(scale):
                 lo = scale
             else:
@@ -220,17 +300,61 @@ def replay_at_capacity(replica: Replica, schedule: ReplaySchedule, slo: Slo,
         hi = scale
         while len(tried) < max_replays and scale > MIN_SCALE:
             kept = tried[scale].kept_up
-            step = kept if kept < 0.5 else 0.5  # nan (unknown) compares False: halve
-            scale = max(scale * step, MIN_SCALE)
+            down = 1.0 / step if step is not None else 0.5
+            step = min(step * step, 4.0) if step is not None else None
+            scale = max(scale * (kept if kept < down else down), MIN_SCALE)  # nan: step down
             if run(scale):
                 lo = scale
                 break
             hi = scale
     if lo is not None and hi is not None:
         lo = _refine(run, tried, lo, hi, max_replays)
-    at_target = tried[schedule.time_scale]
+    again: list[tuple[float, _Replay]] = []
+    if lo is not None:
+        lo, again = _decide(read, tried, lo, window, requests, slo)
+    readings = [*sorted(tried.items()), *again]
+    at_target = tried.get(schedule.time_scale)
     if lo is None:
-        kept_reading = _tag(min(tried), tried, False, at_target, slo)
+        kept_reading = _tag(min(tried), readings, False, at_target, slo, tried[min(tried)])
     else:
-        kept_reading = _tag(lo, tried, True, at_target, slo)
-    return replace(kept_reading, wall_time_s=wall)
+        keep = again[-1][1] if again and again[-1][1].met else tried[lo]
+        kept_reading = _tag(lo, readings, True, at_target, slo, keep)
+    extra = {**kept_reading.extra, "capacity_predicted_busy_s": predicted,
+             "capacity_slice_rate_ratio": _slice_rate_ratio(kept_reading, schedule, requests)}
+    return replace(kept_reading, wall_time_s=wall, extra=extra)
+
+
+def _slice_rate_ratio(kept: Measurement, schedule: ReplaySchedule,
+                      requests: list[Request]) -> float:
+    """The kept reading's offered rate over ``load_scale`` × the sample's mean rate: 1 when its
+    window held the whole sample, above 1 by how much denser the busiest slice it replayed is
+    (a capacity read there is conservative by that factor, in the sample's mean units)."""
+    span = _arrival_span(schedule)
+    measured = len(requests) - schedule.warmup_requests
+    window, scale = kept.extra.get("capacity_window_s", math.nan), kept.extra["load_scale"]
+    if span <= 0 or measured < 2 or not window > 0 or kept.requests < 2:
+        return math.nan
+    return ((kept.requests - 1) / window) / (scale * (measured - 1) / span)
+
+
+def _decide(read: Callable[[float, float | None], _Replay], tried: dict[float, _Replay],
+            lo: float, window: float | None, requests: list[Request], slo: Slo
+            ) -> tuple[float | None, list[tuple[float, _Replay]]]:
+    """The capacity, decided, and the re-read it took (if any): a kept reading whose p99
+    interval straddles a bound (verdict undecided) is read once more at its rate with twice the
+    window, when that holds more requests and, with a TTFT bound, enough to bound a p99 TTFT
+    (:func:`~autotune.slo.values_to_bound`; fewer could never meet it). The re-read is kept
+    when it met the SLO; when it missed, the next slower rate met is the capacity (None: no
+    other). A re-read still undecided is reported as such."""
+    m = tried[lo].measurement
+    if window is None or slo.verdict(m.ok, m.ttft_s, m.itl_s, m.duration_s).code != 0.5:
+        return lo, []
+    longer = len(window_requests(requests, lo, 2 * window))
+    if longer <= len(window_requests(requests, lo, window)) or (
+            slo.ttft_p99_ms is not None and longer < values_to_bound()):
+        return lo, []  # a longer window at this rate could not decide it
+    again = read(lo, 2 * window)
+    if again.met:
+        return lo, [(lo, again)]
+    slower = [s for s, r in tried.items() if s < lo and r.met]
+    return (max(slower) if slower else None), [(lo, again)]

@@ -1,7 +1,8 @@
 """Named moments of a tuning pass, announced as audit events.
 
 A pass says where it is — loading its sample, a Ray pool starting, waiting for a trial, a
-replica about to replay, a pool stopping, recommending, the daemon sleeping — by raising the
+replica about to replay, a pool stopping, recommending, a workload recommended, the daemon
+sleeping — by raising the
 audit event ``autotune.moment`` with the moment's name (``sys.audit``, PEP 578). With no audit
 hook installed (autotune installs none) raising it costs one C call and does nothing; an
 observer that installs a hook with ``sys.addaudithook`` sees each moment in the thread that
@@ -25,9 +26,10 @@ MOMENT_EVENT = "autotune.moment"
 #: replica has started for a trial and is about to replay (in the process that runs the trial,
 #: a Ray replica actor or this one); ``pool-stopping``: a Ray pool is being stopped (stop
 #: signals held); ``recommending``: the trials are over, the pass recommends and exports;
-#: ``sleeping``: the daemon waits for its next pass.
+#: ``recommended``: one workload's recommendation is stored (and exported), the next one's not
+#: yet; ``sleeping``: the daemon waits for its next pass.
 Moment = Literal["loading", "pool-starting", "trial", "replaying", "pool-stopping",
-                 "recommending", "sleeping"]
+                 "recommending", "recommended", "sleeping"]
 
 
 def announce_moment(moment: Moment) -> None:

@@ -6,32 +6,35 @@ the in-process :class:`~autotune.orchestrate.pool.SerialPool` and Ray is never i
 otherwise a :class:`RayPool`. Opening a :class:`RayPool`
 
 1. joins the cluster at ``address`` (or ``$RAY_ADDRESS``, as under ``ray job submit``), or
-   starts a local Ray that :meth:`RayPool.close` shuts down again (nothing outlives the pass);
+   starts a local Ray on loopback that :meth:`RayPool.close` shuts down again (nothing
+   outlives the pass; :mod:`~autotune.orchestrate.ray_join`);
 2. checks that the replicas fit (:func:`~autotune.orchestrate.placement.check_fit`: a clear
    ConfigError naming the GPUs wanted and available, at once, instead of a hang);
 3. reserves one STRICT_PACK placement group per replica and starts one
-   :class:`ReplicaWorker` actor in each. The worker builds its backend inside the actor with
-   ``create_backend(kind, serve, options, seed)``; for GPU replicas ``CUDA_VISIBLE_DEVICES`` is
-   set to the GPUs Ray assigned to the actor.
+   :class:`ReplicaWorker` actor in each (named ``autotune-XXXXXXXX-replica-I`` and
+   ``autotune-XXXXXXXX-ray-I``: ``ray list actors`` shows which replica is which). The
+   worker builds its backend inside the actor with ``create_backend(kind, serve, options,
+   seed)``; for GPU replicas ``CUDA_VISIBLE_DEVICES`` is set to the GPUs Ray assigned to the
+   actor.
 
-Dispatch keeps at most one trial per replica; ``wait`` returns whichever finishes first
-(``ray.wait``). When a replica's actor dies mid-trial (killed, OOM, node lost: any Ray error
-other than an exception raised by the trial itself), its trial is queued again, preferring
-another replica, up to ``max_retries`` times, then returned failed with the reason and its
-``attempts``. The dead replica is replaced by a fresh actor in the same placement group, or
-drained (removed with its placement group) after ``drain_after`` deaths; the pass goes on with
-the others. When every replica is drained, outstanding trials fail and ``capacity`` raises
-BackendError.
+Dispatch keeps at most one trial per replica, preferring an idle replica whose server already
+serves the trial's config (each actor keeps its last server running,
+:mod:`~autotune.orchestrate.servers`, so a config several workloads read starts once);
+``wait`` returns whichever finishes first (``ray.wait``). When a replica's actor dies
+mid-trial (killed, OOM, node lost: any Ray error other than an exception raised by the trial
+itself), its trial is queued again, preferring another replica, up to ``max_retries`` times,
+then returned failed with the reason and its ``attempts``. The dead replica is replaced by a
+fresh actor in the same placement group, or drained (removed with its placement group) after
+``drain_after`` deaths; the pass goes on with the others. When every replica is drained,
+outstanding trials fail and ``capacity`` raises BackendError.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import os
 import signal
 import socket
-import sys
 import time
 import uuid
 from collections import deque
@@ -41,7 +44,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from autotune.backends import Backend, create_backend
-from autotune.errors import AutotuneError, BackendError, DependencyError
+from autotune.errors import AutotuneError, BackendError
 from autotune.orchestrate.moments import announce_moment
 from autotune.orchestrate.pacing import paced
 from autotune.orchestrate.placement import (
@@ -57,6 +60,8 @@ from autotune.orchestrate.placement import (
 )
 from autotune.orchestrate.pool import Pool, SerialPool, TrialResult, TrialTask, run_trial
 from autotune.orchestrate.processes import process_running
+from autotune.orchestrate.ray_join import connect, import_ray, local_cores
+from autotune.orchestrate.servers import Servers
 from autotune.orchestrate.signals import signals_held
 from autotune.types import Progress, ServeSpec
 
@@ -69,10 +74,12 @@ log = logging.getLogger(__name__)
 class RaySettings:
     """How a pass runs its replicas.
 
-    ``replicas`` None means the default: for ``sim`` the local core count, for ``vllm`` as many
-    as the cluster holds (``1`` when ``serve.gpus_per_replica`` is 0). ``address`` None: join
-    ``$RAY_ADDRESS`` if set, else start a local Ray for the pass. ``min_trial_s`` paces every
-    trial to take at least that long (tests and benchmarks of the simulator).
+    ``replicas`` None means the default: for replicas that reserve GPUs as many as the
+    cluster holds, else the local core count for ``sim`` and ``1`` for ``vllm`` with
+    ``serve.gpus_per_replica`` 0. ``sim_reserves_gpus`` (policy ``sim.reserve_gpus``) gives each
+    ``sim`` replica the GPUs of a ``vllm`` one. ``address`` None: join ``$RAY_ADDRESS`` if set,
+    else start a local Ray for the pass. ``min_trial_s`` paces every trial to take at least
+    that long (tests and benchmarks of the simulator).
     """
 
     kind: str
@@ -82,29 +89,29 @@ class RaySettings:
     replicas: int | None = None
     address: str | None = None
     cpus_per_replica: float = 1.0
+    sim_reserves_gpus: bool = False
     max_retries: int = 2
     drain_after: int = 2
     ready_timeout_s: float = 120.0
     min_trial_s: float = 0.0
 
 
-def _local_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
-        (os.cpu_count() or 1)
+def _shape(s: RaySettings) -> ReplicaShape:
+    return replica_shape(s.kind, s.serve, s.cpus_per_replica, s.sim_reserves_gpus)
 
 
 def _replicas_without_cluster(s: RaySettings) -> int | None:
     """The replica count known before asking a cluster (None: as many as it holds)."""
     if s.replicas is not None:
         return s.replicas
-    if s.kind == "sim":
-        return _local_cores()
-    return 1 if s.serve.gpus_per_replica == 0 else None
+    if _shape(s).gpus > 0:
+        return None
+    return local_cores() if s.kind == "sim" else 1
 
 
 def uses_ray(s: RaySettings) -> bool:
     """False when the pass runs in this process: one CPU-only replica and no Ray address."""
-    cpu_only = s.kind == "sim" or s.serve.gpus_per_replica == 0
+    cpu_only = _shape(s).gpus == 0
     return not (s.address is None and cpu_only and _replicas_without_cluster(s) == 1)
 
 
@@ -112,33 +119,9 @@ def open_pool(s: RaySettings, backend: Backend, progress: Progress | None = None
     """The pool a pass runs on: a SerialPool on ``backend`` when Ray is not needed (see
     :func:`uses_ray`), else a :class:`RayPool` (whose actors build their own backends)."""
     if not uses_ray(s):
-        return SerialPool(paced(backend, s.min_trial_s), progress=progress)
+        return SerialPool(paced(backend, s.min_trial_s), progress=progress,
+                          reuse=s.min_trial_s == 0)
     return RayPool.open(s)
-
-
-#: Ray's C++ core installs a crash handler for SIGTERM too, in this driver when it connects:
-#: it prints a stack trace and aborts the process, skipping autotune's clean stop. Ray reads
-#: this variable when it is imported; it is set for that import only, so the replica
-#: processes Ray starts keep their crash handler.
-_RAY_NO_SIGNAL_HANDLER = "RAY_DISABLE_FAILURE_SIGNAL_HANDLER"
-
-
-#: Milliseconds the driver waits, on shutdown, to flush task events to the GCS (Ray: 5000).
-_RAY_FLUSH_TIMEOUT = "RAY_task_events_shutdown_flush_timeout_ms"
-
-
-def _ray() -> Any:
-    fresh = "ray" not in sys.modules and _RAY_NO_SIGNAL_HANDLER not in os.environ
-    if fresh:
-        os.environ[_RAY_NO_SIGNAL_HANDLER] = "1"
-    try:
-        import ray
-    except ImportError as e:
-        raise DependencyError.missing("ray", "ray", "Running replicas on Ray") from e
-    finally:
-        if fresh:
-            os.environ.pop(_RAY_NO_SIGNAL_HANDLER, None)
-    return ray
 
 
 def _short(e: BaseException | str, limit: int = 300) -> str:
@@ -171,11 +154,12 @@ class ReplicaWorker:
 
     def __init__(self, replica_id: str, kind: str, serve: ServeSpec, options: Mapping[str, Any],
                  seed: int, min_trial_s: float) -> None:
-        ray = _ray()
+        ray = import_ray()
         gpu_ids = [str(g) for g in ray.get_gpu_ids()]
         if gpu_ids:
             serve = _with_gpus(serve, gpu_ids)
-        self._backend = paced(create_backend(kind, serve, dict(options), seed), min_trial_s)
+        backend = paced(create_backend(kind, serve, dict(options), seed), min_trial_s)
+        self._servers = Servers(backend, reuse=min_trial_s == 0)
         self._info: dict[str, Any] = {
             "replica": replica_id,
             "node": socket.gethostname(),
@@ -196,13 +180,18 @@ class ReplicaWorker:
         t0 = time.monotonic()
         replica, node = self._info["replica"], self._info["node"]
         try:
-            m = run_trial(self._backend, task.config, task.schedule)
+            m = run_trial(self._servers, task.config, task.schedule)
         except AutotuneError as e:
             log.warning("trial %s failed on %s: %s", task.key, replica, e)
             return TrialResult(task.key, None, error=str(e), replica=replica, node=node,
                                seconds=time.monotonic() - t0)
         return TrialResult(task.key, m, replica=replica, node=node,
-                           seconds=time.monotonic() - t0)
+                           seconds=time.monotonic() - t0,
+                           start_source=self._servers.last_source)
+
+    def close(self) -> None:
+        """Stop the server this replica kept running."""
+        self._servers.close()
 
 
 @dataclass(eq=False)
@@ -216,6 +205,7 @@ class _Slot:
     generation: int = 0
     deaths: int = 0
     busy: Hashable | None = None
+    serving: Any = None  # the config of the server its actor kept running (None: none)
 
     @property
     def id(self) -> str:
@@ -238,8 +228,11 @@ class RayPool:
     """Trials on Ray replica actors; build it with :meth:`open` (see the module docstring)."""
 
     def __init__(self, settings: RaySettings, shape: ReplicaShape, groups: list[Any],
-                 owns_ray: bool, nodes: Sequence[NodeResources] = ()) -> None:
+                 owns_ray: bool, nodes: Sequence[NodeResources] = (),
+                 name: str = "autotune", joined: bool = False) -> None:
         self.settings = settings
+        self.joined = joined  # an existing cluster: its replicas may run on other machines
+        self.name = name  # of its placement groups and actors: NAME-replica-I, NAME-ray-I
         self.shape = shape
         self.owns_ray = owns_ray
         self._nodes = list(nodes)  # the cluster's live nodes when the pool opened
@@ -255,24 +248,25 @@ class RayPool:
     @classmethod
     def open(cls, s: RaySettings) -> RayPool:
         """Join or start Ray, check the fit, reserve the replicas and start their actors."""
-        ray = _ray()
-        shape = replica_shape(s.kind, s.serve, s.cpus_per_replica)
+        ray = import_ray()
+        shape = _shape(s)
         wanted = _replicas_without_cluster(s)
         owns = not ray.is_initialized()
+        joined = owns and bool(s.address or os.environ.get("RAY_ADDRESS"))
         groups: list[Any] = []
         pool: RayPool | None = None
+        name = f"autotune-{uuid.uuid4().hex[:8]}"
         try:
             if owns:
                 with signals_held():
-                    _connect(ray, s, (wanted or 1) * shape.cpus)
+                    connect(s.address, (wanted or 1) * shape.cpus)
                     announce_moment("pool-starting")
             nodes = live_nodes()
             if wanted is None:
                 wanted = max(1, replicas_fit(shape, nodes))
             check_fit(shape, nodes, wanted)
-            groups = reserve(shape, wanted, s.ready_timeout_s,
-                             name=f"autotune-{uuid.uuid4().hex[:8]}")
-            pool = cls(s, shape, groups, owns, nodes)
+            groups = reserve(shape, wanted, s.ready_timeout_s, name=name)
+            pool = cls(s, shape, groups, owns, nodes, name, joined)
             pool._start()
         except BaseException:
             if pool is not None:
@@ -288,7 +282,7 @@ class RayPool:
         return pool
 
     def _start(self) -> None:
-        ray = _ray()
+        ray = import_ray()
         self._remote_cls = ray.remote(ReplicaWorker)
         for slot in self._slots:
             self._spawn(slot)
@@ -313,19 +307,21 @@ class RayPool:
                                                     placement_group_bundle_index=0)
         slot.info = {}
         slot.actor = self._remote_cls.options(
-            num_cpus=self.shape.cpus, num_gpus=self.shape.gpus, max_restarts=0,
-            max_task_retries=0, scheduling_strategy=strategy,
+            name=f"{self.name}-{slot.id}", num_cpus=self.shape.cpus, num_gpus=self.shape.gpus,
+            max_restarts=0, max_task_retries=0, scheduling_strategy=strategy,
         ).remote(slot.id, s.kind, s.serve, dict(s.backend_options), s.seed, s.min_trial_s)
 
     def close(self) -> None:
-        """Kill the actors, free their placement groups, shut down a Ray this pool started."""
+        """Kill the actors, free their placement groups, shut down a Ray this pool started or
+        disconnect from the cluster it joined."""
         if self._closed:
             return
         self._closed = True
-        ray = _ray()
+        ray = import_ray()
         with signals_held():
             announce_moment("pool-stopping")
-            if self.owns_ray:
+            self._stop_servers(ray)
+            if self.owns_ray and not self.joined:
                 # Stopping the Ray this pool started ends its actors and placement groups with
                 # it, without a call to its GCS, which a signal to the whole process group
                 # (`timeout`, systemd) has already stopped: such a call would hang for a minute.
@@ -333,21 +329,34 @@ class RayPool:
                 if ray.is_initialized():
                     ray.shutdown()
                 _reap(local)
-            else:
+            else:  # the cluster outlives the pool: free what it holds, then disconnect
                 for slot in self._slots:
                     self._kill(slot)
                 release([slot.group for slot in self._slots])
+                if self.owns_ray and ray.is_initialized():
+                    ray.shutdown()
         self._slots = []
         self._queue.clear()
         self._inflight.clear()
         announce_moment("recommending")
 
+    def _stop_servers(self, ray: Any) -> None:
+        """Ask every live actor to stop the server it kept (best effort: an actor that does
+        not answer is killed next, and its servers die with it)."""
+        refs = [slot.actor.close.remote() for slot in self._slots
+                if slot.actor is not None and slot.busy is None]
+        if not refs:
+            return
+        with suppress(Exception):  # dead actor, gone cluster: killing it frees the rest
+            ray.get(refs, timeout=self.settings.ready_timeout_s)
+
     # ---------------------------------------------------------------------- the Pool API
     def gpu_kind(self) -> str | None:
         """The accelerator kind Ray reports for the nodes the replicas run on
-        (``accelerator_type:<kind>``); None for replicas without GPUs, or when their nodes
+        (``accelerator_type:<kind>``); None for replicas without GPUs, for simulated ones (the
+        simulator's profile is their hardware, whatever GPUs they hold), or when their nodes
         report none or several kinds."""
-        if self.shape.gpus <= 0:
+        if self.shape.gpus <= 0 or self.settings.kind == "sim":
             return None
         ids = {sl.info.get("node_id") for sl in self._slots}
         kinds = accelerator_kinds([n for n in self._nodes if n.node_id in ids])
@@ -371,7 +380,7 @@ class RayPool:
         self._dispatch()
 
     def wait(self) -> TrialResult:
-        ray = _ray()
+        ray = import_ray()
         announce_moment("trial")
         while True:
             if self._failed:
@@ -398,6 +407,8 @@ class RayPool:
                 if failed is not None:
                     return failed
                 continue
+            if result.measurement is None:
+                slot.serving = None  # a failed trial's server was stopped
             self._dispatch()
             return replace(result, attempts=pending.attempts)
 
@@ -421,7 +432,8 @@ class RayPool:
         held: deque[_Pending] = deque()
         while self._queue and idle:
             p = self._queue.popleft()
-            preferred = [slot for slot in idle if slot.index not in p.avoid]
+            preferred = sorted((slot for slot in idle if slot.index not in p.avoid),
+                               key=lambda sl: sl.serving != p.task.config)  # its server first
             if preferred:
                 slot = preferred[0]
             elif live <= p.avoid:
@@ -432,6 +444,7 @@ class RayPool:
             idle.remove(slot)
             p.attempts += 1
             slot.busy = p.task.key
+            slot.serving = p.task.config  # the actor's server serves it after this trial
             self._inflight[slot.actor.run.remote(p.task)] = (slot, p)
         self._queue.extendleft(reversed(held))
 
@@ -442,6 +455,7 @@ class RayPool:
                   f"{p.task.key} ({_death_reason(e)})")
         log.warning("%s", reason)
         slot.deaths += 1
+        slot.serving = None
         self._kill(slot)
         if slot.deaths >= s.drain_after:
             self._drain(slot, f"{replica} died {slot.deaths} times")
@@ -459,7 +473,7 @@ class RayPool:
                                   f"budget.max_retries={s.max_retries})"))
 
     def _replace(self, slot: _Slot) -> None:
-        ray = _ray()
+        ray = import_ray()
         slot.generation += 1
         try:
             self._spawn(slot)
@@ -490,7 +504,7 @@ class RayPool:
         if slot.actor is None:
             return
         try:
-            _ray().kill(slot.actor, no_restart=True)
+            import_ray().kill(slot.actor, no_restart=True)
         except Exception as e:  # already dead or the cluster is gone: nothing to free
             log.debug("killing %s: %s", slot.id, e)
         slot.actor = None
@@ -511,42 +525,3 @@ def _reap(pids: list[int], timeout_s: float = 5.0) -> None:
         log.warning("replica process %d outlived Ray's shutdown; killing it", pid)
         with suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
-
-
-_RAY_TOKEN_LOGGER = "ray._private.authentication.authentication_token_setup"
-
-
-def _drop_token_notice(record: logging.LogRecord) -> bool:
-    """False for Ray's "Token authentication is enabled for this Ray cluster" notice."""
-    return not record.getMessage().startswith("Token authentication is enabled for this Ray")
-
-
-def _connect(ray: Any, s: RaySettings, cpus_needed: float) -> None:
-    """``ray.init``: join ``s.address`` or ``$RAY_ADDRESS``, else start a local Ray."""
-    # On shutdown the driver flushes its task events to the GCS for up to 5 s; after a signal
-    # to the whole process group the GCS is gone and the stop would wait for nothing.
-    os.environ.setdefault(_RAY_FLUSH_TIMEOUT, "1000")
-    try:
-        if s.address is not None:
-            ray.init(address=s.address, logging_level=logging.WARNING)
-        elif os.environ.get("RAY_ADDRESS"):
-            ray.init(logging_level=logging.WARNING)
-        else:
-            # Ray turns token authentication on for a new local cluster and warns that it did
-            # on every start: keep it on, without the warning (docs/ray.md says so once).
-            logging.getLogger(_RAY_TOKEN_LOGGER).addFilter(_drop_token_notice)
-            ray.init(num_cpus=max(_local_cores(), math.ceil(cpus_needed)),
-                     include_dashboard=False, logging_level=logging.WARNING)
-    except Exception as e:  # ray.init raises a bare Exception when a local node times out
-        where = s.address or os.environ.get("RAY_ADDRESS")
-        if where:
-            fix = ("start the cluster with `ray start --head` on the head node and pass "
-                   "--ray-address auto or HOST:6379, or leave out --ray-address to run a local "
-                   "Ray")
-        else:
-            where = "a new local Ray"
-            fix = ("retry when the machine is less loaded (a local Ray's processes must start "
-                   "within Ray's timeout), or pass --replicas 1 to run the pass in this process "
-                   "without Ray")
-        raise BackendError(f"cannot start or join Ray ({where}): {_short(e).rstrip('.')}. "
-                           f"Fix: {fix}") from e

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from autotune.orchestrate.capacity_window import check_window
 from autotune.orchestrate.options import TuneOptions
 from autotune.store import Store
 from autotune.traffic.drift import compare, reference
@@ -34,13 +35,18 @@ class LoadedWorkloads:
 
 
 def load_traffic(options: TuneOptions) -> SampleWorkloads:
-    """The pass's sample, validated against the policy (draft block size, max_model_len) and
-    split into workloads."""
+    """The pass's sample, validated against the policy (draft block size, max_model_len, a
+    capacity reading's window holding a request) and split into workloads."""
     policy = options.policy
-    return read_workloads(options.traffic, max_requests=policy.replay.max_requests,
-                          skip_invalid=options.skip_invalid,
-                          max_acceptance=policy.serve.draft_block_size,
-                          max_model_len=policy.serve.max_model_len, seed=options.seed)
+    sample = read_workloads(options.traffic, max_requests=policy.replay.max_requests,
+                            skip_invalid=options.skip_invalid,
+                            max_acceptance=policy.serve.draft_block_size,
+                            max_model_len=policy.serve.max_model_len, seed=options.seed)
+    replay = policy.replay
+    if replay.find_capacity and replay.mode == "trace":
+        for name, w in sample.workloads.items():
+            check_window(replay.window_s, replay.time_scale, name, w.replay)
+    return sample
 
 
 def load_workloads(options: TuneOptions, store: Store,

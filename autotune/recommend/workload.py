@@ -5,6 +5,10 @@ records its provenance (:mod:`autotune.recommend.provenance`) and its lead over 
 (:mod:`autotune.recommend.runner_up`), decides whether it replaces the
 active recommendation (:mod:`autotune.recommend.promotion`), adds it to the store as active or
 candidate, and exports it when promoted. The result says what happened and why.
+
+A run recommends once per workload: a resumed run whose workload was recommended before it
+stopped keeps that recommendation (the store returns it instead of adding a second) and
+exports it again if it is active (the stop may have come between the two).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from autotune.objective import Outcome
 from autotune.policy import Policy
 from autotune.recommend.choose import Scored, select_best
 from autotune.recommend.feasibility import Feasibility, judge_feasibility, slo_probability
+from autotune.recommend.outputs import check_outputs, not_checked
 from autotune.recommend.promotion import export_promoted, should_promote, trial_rates
 from autotune.recommend.provenance import workload_provenance
 from autotune.recommend.runner_up import Race, runner_up_race
@@ -68,6 +73,13 @@ class WorkloadResult:
     stop_reason: str = ""
     feasibility: Feasibility | None = None
     race: Race | None = None  # against the runner-up: is the lead inside the replay noise?
+    outputs: Mapping[str, Any] | None = None  # the recommended config's output check
+    flagged: tuple[str, ...] = ()  # every flagged trial: "#number config: reason"
+
+    @property
+    def outputs_flagged(self) -> bool:
+        """The recommended config's outputs differ beyond the engine's numerics."""
+        return bool(self.outputs and self.outputs.get("flagged"))
 
     @property
     def status(self) -> str:
@@ -76,8 +88,9 @@ class WorkloadResult:
 
 def recommend_workload(store: Store, policy: Policy, run_id: str, done: WorkloadTrials,
                        provenance: Mapping[str, Any], *, backend: str, export_dir: Path,
-                       seed: int) -> WorkloadResult:
-    """Store (and export when promoted) the recommendation of one workload's search."""
+                       seed: int, decodes_tokens: bool = False) -> WorkloadResult:
+    """Store (and export when promoted) the recommendation of one workload's search;
+    ``decodes_tokens``: the backend's replicas return tokens (their outputs are checked)."""
     slo = policy.objective.slo.slo()
     target = policy.replay.time_scale
     best = select_best(done.trials, target, slo)
@@ -89,6 +102,11 @@ def recommend_workload(store: Store, policy: Policy, run_id: str, done: Workload
                               f"every trial failed; see `autotune trials --run {run_id}`",
                               done.stop_reason)
     feasibility = judge_feasibility(policy, best)
+    checks = _record_output_checks(store, policy, done, backend, decodes_tokens)
+    outputs = _config_check(checks, done, best)
+    flagged = bool(outputs.get("flagged"))
+    flagged_trials = tuple(f"#{t.number} {t.config.short()}: {checks[t.number]['reason']}"
+                           for t in done.trials if checks.get(t.number, {}).get("flagged"))
     active = store.active_recommendation(done.workload)
     # The active config re-measured in this run, on this traffic, is what the best trial must
     # beat significantly (a measurement on older traffic is not comparable).
@@ -106,6 +124,7 @@ def recommend_workload(store: Store, policy: Policy, run_id: str, done: Workload
     details["stop_reason"] = done.stop_reason
     race = _race(store, policy, done, best, seed)
     details["runner_up"] = race.as_dict() if race else None
+    details["outputs"] = outputs
     details["baseline"] = {
         "config": policy.baseline.config().as_dict(),
         "value": base_outcome.value if base_outcome else None,
@@ -118,15 +137,48 @@ def recommend_workload(store: Store, policy: Policy, run_id: str, done: Workload
         serve=policy.serve.model_dump(mode="json"), objective=policy.objective.maximize,
         value=best.outcome.value, baseline_value=baseline_value,
         run_id=run_id, trial_id=best.trial_id, backend=backend, provenance=details,
-        value_ci=decision.value_ci, promote=decision.promote and feasibility.feasible,
-        reason=decision.reason if feasibility.feasible else feasibility.reason,
+        value_ci=decision.value_ci,
+        promote=decision.promote and feasibility.feasible and not flagged,
+        reason=(feasibility.reason if not feasibility.feasible else
+                f"not promoted: {outputs['reason']}" if flagged else decision.reason),
         gain=decision.gain, gain_ci=decision.gain_ci, compared_with=decision.compared_with,
-        check_active=True, infeasible=not feasibility.feasible)
+        check_active=True, infeasible=not feasibility.feasible, once_per_run=True)
     promoted = rec.status == "active"
     export_path = export_promoted(export_dir, rec) if promoted else None
     return WorkloadResult(done.workload, len(done.trials), done.failed, rec, best.outcome,
                           base_outcome, export_path, promoted, rec.reason, done.stop_reason,
-                          feasibility, race)
+                          feasibility, race, outputs, flagged_trials)
+
+
+def _record_output_checks(store: Store, policy: Policy, done: WorkloadTrials, backend: str,
+                          decodes_tokens: bool) -> dict[int, dict[str, Any]]:
+    """Every trial's output check (:mod:`autotune.recommend.outputs`), stored with the trial
+    (``metrics["output_check"]``); keyed by trial number."""
+    results = check_outputs(done.trials, policy.outputs.tie_margin)
+    why = (f"the {backend} backend decodes no tokens" if not decodes_tokens else
+           "outputs.prompts is 0 in the policy" if policy.outputs.prompts == 0 else
+           "no greedy outputs were recorded with this trial")
+    out: dict[int, dict[str, Any]] = {}
+    for t in done.trials:
+        if t.outcome is None:
+            continue
+        result = results.get(t.number)
+        out[t.number] = result.as_dict() if result is not None else not_checked(why)
+        if t.trial_id is not None:
+            store.update_trial_metrics(t.trial_id, {"output_check": out[t.number]})
+    return out
+
+
+def _config_check(checks: Mapping[int, dict[str, Any]], done: WorkloadTrials,
+                  best: Scored) -> dict[str, Any]:
+    """The check that stands for the recommended config: a flagged reading if any (a config
+    read twice is flagged when either reading is), else its latest reading's."""
+    readings = [checks[t.number] for t in done.trials
+                if t.config == best.config and t.number in checks]
+    flagged = [c for c in readings if c.get("flagged")]
+    if flagged:
+        return flagged[0]
+    return readings[-1] if readings else not_checked("no reading of the config completed")
 
 
 def _race(store: Store, policy: Policy, done: WorkloadTrials, best: Scored,

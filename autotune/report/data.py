@@ -3,18 +3,21 @@
 Everything the figures draw is computed here, so it can be tested without a browser: the
 Pareto front of throughput against p99 inter-token latency, the best measured objective per
 draft window relative to the run's baseline trial, the optimisation history with its running
-best, and predicted against measured per-position acceptance of each recommendation.
+best, predicted against measured per-position acceptance of each recommendation, and the run's
+capacity plan (its GPU curves: :mod:`autotune.report.plan_series`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from autotune.errors import StoreError
+from autotune.cost import SOURCE, CostTotal, TrialCost, total, trial_cost
+from autotune.errors import PlanError, StoreError
+from autotune.plan import Plan, plan_for_run
 from autotune.store import (
     CalibrationRecord,
     RecommendationRecord,
@@ -67,6 +70,12 @@ class TrialPoint:
     error: str | None = None
     #: measured at capacity (the fastest replay meeting the SLOs), not at the trace's rate
     at_capacity: bool = False
+    #: what the trial cost on real replicas (None: not recorded)
+    cost: TrialCost | None = None
+    #: where its server start's figure comes from (or that it reused a server)
+    start_source: str | None = None
+    #: the output check stored with the trial (docs/outputs.md); None: not made yet
+    output_check: Mapping[str, Any] | None = None
 
     @property
     def window(self) -> int | None:
@@ -90,7 +99,10 @@ class TrialPoint:
                    params=dict(t.params), value=_num(t.value), feasible=t.feasible,
                    throughput=_num(m.get(THROUGHPUT)), itl_p99_ms=_num(m.get(ITL_P99)),
                    ttft_p99_ms=_num(m.get("ttft_p99_ms")), error=t.error,
-                   at_capacity="capacity_replays" in m)
+                   at_capacity="capacity_replays" in m, cost=trial_cost(m),
+                   start_source=str(m[SOURCE]) if m.get(SOURCE) else None,
+                   output_check=(dict(m["output_check"])
+                                 if isinstance(m.get("output_check"), Mapping) else None))
 
 
 @dataclass(frozen=True)
@@ -247,10 +259,17 @@ class ReportData:
     objective: str
     db: str
     generated_at: str
+    plan: Plan | None = None  # the run's capacity plan (autotune.plan)
+    plan_note: str = ""  # why there is none
 
     @property
     def trial_count(self) -> int:
         return sum(len(w.trials) for w in self.workloads)
+
+    def cost(self, workload: str | None = None) -> CostTotal:
+        """What one workload's trials (None: the run's) cost on real replicas."""
+        return total(t.cost for w in self.workloads if workload in (None, w.name)
+                     for t in w.trials)
 
 
 def slo_bound(trials: Sequence[TrialRecord], name: str) -> float | None:
@@ -299,7 +318,13 @@ def load_report_data(store: Store, run_id: str | None = None) -> ReportData:
             ttft_slo_ms=slo_bound(mine, "ttft_p99_ms"), fit=fits.get(name)))
     objectives = {r.objective for r in recs}
     objective = objectives.pop() if len(objectives) == 1 else "objective"
+    plan, plan_note = None, ""
+    try:
+        plan = plan_for_run(store, rid)
+    except PlanError as e:
+        plan_note = str(e)
     return ReportData(run=run, workloads=tuple(workloads),
                       recommendations=tuple(sorted(recs, key=lambda r: r.workload)),
                       objective=objective, db=redact(store.url),
-                      generated_at=datetime.now(UTC).isoformat(timespec="seconds"))
+                      generated_at=datetime.now(UTC).isoformat(timespec="seconds"),
+                      plan=plan, plan_note=plan_note)

@@ -8,7 +8,7 @@ chart data is JSON that plotly escapes itself. The file is written atomically.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
@@ -107,7 +107,7 @@ def _header(data: ReportData) -> str:
         f"({_e(run.sample_requests)} requests, sha256 {_short(run.sample_sha256)})"
         f" · started {_e(iso(run.started_at))} · finished {_e(iso(run.finished_at))}<br>"
         f"{len(data.workloads)} workloads · {data.trial_count} trials ({failed} failed) · "
-        f"objective <code>{_e(data.objective)}</code>"
+        f"objective <code>{_e(data.objective)}</code> · cost {_e(data.cost().describe())}"
         + (f'<br><span class="bad">run error: {_e(run.error)}</span>' if run.error else "")
         + "</p>")
 
@@ -159,17 +159,63 @@ def _recommendation_row(rec: RecommendationRecord) -> str:
         f'<td class="num">{_num(speedup, 3) + "x" if speedup is not None else "n/a"}</td>'
         f'<td class="num">{_num(acc.get("predicted_tokens_per_step"), 3)} → '
         f'{_num(acc.get("measured_tokens_per_step"), 3)}</td>'
-        f'<td>{slo}</td><td class="reason">{_e(rec.reason)}{_provenance(rec)}</td></tr>')
+        f"<td>{slo}</td><td>{_outputs_cell(rec.provenance.get('outputs'))}</td>"
+        f'<td class="reason">{_e(rec.reason)}{_provenance(rec)}</td></tr>')
+
+
+def _outputs_cell(check: Any) -> str:
+    """An output check (docs/outputs.md) in a cell: identical share, first divergence and the
+    verdict; "not checked" without tokens."""
+    if not isinstance(check, Mapping) or not check.get("checked"):
+        return "not checked"
+    share = check.get("identical_share")
+    first = check.get("first_divergence")
+    parts = []
+    if isinstance(share, int | float):
+        parts.append(f"{share:.0%} of {_e(check.get('prompts'))} identical")
+    if isinstance(first, Mapping):
+        parts.append(f"first divergence: prompt {_e(first.get('prompt'))}, token "
+                     f"{_e(first.get('position'))}")
+    verdict = ('<b class="bad">FLAGGED</b>' if check.get("flagged") else
+               '<span class="ok">faithful</span>')
+    return "<br>".join([verdict, *parts])
+
+
+def _output_checks(data: ReportData) -> str:
+    """Every trial's output check, per workload (none: a backend without tokens)."""
+    rows = []
+    for w in data.workloads:
+        for t in sorted(w.trials, key=lambda t: t.number):
+            if t.output_check is None or not t.output_check.get("checked"):
+                continue
+            rows.append(f"<tr><td>{_e(w.name)}</td><td class=\"num\">{t.number}</td>"
+                        f"<td>{_e(t.label())}{' (baseline)' if t.baseline else ''}</td>"
+                        f"<td>{_outputs_cell(t.output_check)}</td>"
+                        f'<td class="reason">{_e(t.output_check.get("reason"))}</td></tr>')
+    if not rows:
+        return ('<section id="outputs"><h2>Outputs checked</h2><p class="caption">Outputs not '
+                "checked: this run's backend decodes no tokens (the simulator), or the policy "
+                "sets <code>outputs.prompts: 0</code>.</p></section>")
+    head = ("<tr><th>workload</th><th>#</th><th>config</th><th>outputs</th><th>verdict</th>"
+            "</tr>")
+    return ('<section id="outputs"><h2>Outputs checked</h2><p class="caption">Each trial '
+            "decoded the same prompts greedily; its tokens against the baseline's and a "
+            "config without speculation's. A divergence where the two tokens nearly tie is the "
+            "engine's numerics; any other flags the config (never promoted, exported only with "
+            "<code>--force</code>).</p>"
+            f'<div class="scroll"><table><thead>{head}</thead><tbody>{"".join(rows)}'
+            "</tbody></table></div></section>")
 
 
 def _recommendations(data: ReportData) -> str:
     head = ("<tr><th>workload</th><th>status</th><th>window</th><th>adaptive</th>"
             "<th>max_num_<wbr>seqs</th><th>max_num_<wbr>batched_<wbr>tokens</th>"
             f"<th>{_e(data.objective)} [CI]</th><th>baseline</th><th>speedup</th>"
-            "<th>tokens/step pred → meas</th><th>SLOs met</th><th>reason</th></tr>")
+            "<th>tokens/step pred → meas</th><th>SLOs met</th><th>outputs</th>"
+            "<th>reason</th></tr>")
     body = "".join(_recommendation_row(r) for r in data.recommendations)
     if not body:
-        body = ('<tr><td colspan="12">this run made no recommendation (every trial failed?); '
+        body = ('<tr><td colspan="13">this run made no recommendation (every trial failed?); '
                 "see <code>autotune trials --run "
                 f"{_e(data.run.id)}</code></td></tr>")
     return (
@@ -180,6 +226,49 @@ def _recommendations(data: ReportData) -> str:
         "(expand). Active recommendations are what <code>autotune export</code> writes.</p>"
         f'<div class="scroll"><table><thead>{head}</thead><tbody>{body}</tbody></table></div>'
         "</section>")
+
+
+def _cost(data: ReportData) -> str:
+    """What the run cost on real replicas: per workload and in total, then per trial."""
+    rows = [(w.name, data.cost(w.name)) for w in data.workloads] + [("all", data.cost())]
+    body = "".join(
+        f"<tr><td><b>{_e(name)}</b></td><td class=\"num\">{c.trials + c.uncounted}</td>"
+        f'<td class="num">{c.starts}</td><td class="num">{_num(c.start_s / 3600, 3)}</td>'
+        f'<td class="num">{_num(c.replay_s / 3600, 3)}</td>'
+        f'<td class="num">{_num(c.replica_h, 3)}</td><td class="num">{_num(c.gpu_h, 3)}</td>'
+        "</tr>" for name, c in rows)
+    per_trial = "".join(
+        f"<tr><td>{_e(w.name)}</td><td class=\"num\">{t.number}</td><td>{_e(t.label())}</td>"
+        f'<td class="num">{_num(t.cost.start_s, 4)}</td>'
+        f'<td class="num">{_num(t.cost.replay_s, 4)}</td>'
+        f'<td class="num">{_num(t.cost.gpu_h, 3)}</td><td>{_e(t.start_source)}</td></tr>'
+        for w in data.workloads for t in w.trials if t.cost is not None)
+    stop = data.run.budget_stop
+    sim = data.run.backend == "sim"
+    return (
+        '<section id="cost"><h2>Cost on real replicas</h2>'
+        '<p class="caption">Replica time the run held: server starts (measured on real engines; '
+        "on the simulator the profile's start time, charged as real replicas would pay it; a "
+        "server kept for the next trial of the same config is charged once) and the traffic "
+        "replayed by every reading, in replica-hours and GPU-hours."
+        + (" Simulated: what this run would cost on the profile's hardware." if sim else "")
+        + "</p>"
+        + (f'<p class="bad">The budget ended this pass: {_e(stop)}</p>' if stop else "")
+        + '<div class="scroll"><table><thead><tr><th>workload</th><th>trials</th>'
+        "<th>server starts</th><th>start h</th><th>replay h</th><th>replica-h</th>"
+        f"<th>GPU-h</th></tr></thead><tbody>{body}</tbody></table></div>"
+        "<details><summary>per trial</summary><div class=\"scroll\"><table><thead><tr>"
+        "<th>workload</th><th>#</th><th>config</th><th>start s</th><th>replay s</th>"
+        f"<th>GPU-h</th><th>start source</th></tr></thead><tbody>{per_trial}</tbody></table>"
+        "</div></details></section>")
+
+
+def _no_plan(data: ReportData) -> str:
+    """Why the run has no capacity plan (nothing when it has one: its chart says it)."""
+    if data.plan is not None:
+        return ""
+    return ('<section id="plan"><h2>Capacity plan</h2><p class="caption">No plan for this '
+            f"run: {_e(data.plan_note)}</p></section>")
 
 
 def _chart_section(chart: Chart) -> str:
@@ -200,9 +289,12 @@ def render_report(data: ReportData, charts: Sequence[Chart] | None = None) -> st
         f"<!-- plotly.js (MIT license), inlined so this file works offline -->\n"
         f'<script type="text/javascript">{js}</script></head>\n<body><main>'
         f'<header>{_header(data)}<nav><a href="#recommendations">Recommendations</a>{nav}'
-        "</nav></header>"
+        '<a href="#cost">Cost</a></nav></header>'
         + _recommendations(data)
+        + _output_checks(data)
+        + _no_plan(data)
         + "".join(_chart_section(c) for c in charts)
+        + _cost(data)
         + f"<footer>generated {_e(data.generated_at)} by autotune {_e(__version__)} from "
         f"{_e(data.db)} · charts: plotly {_e(plotly_version)}, inlined (no network "
         "needed)</footer></main></body></html>\n")

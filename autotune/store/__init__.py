@@ -12,10 +12,12 @@ from autotune.store.engine import DEFAULT_DB_URL, ENV_DB_URL, resolve_url
 from autotune.store.lease import HeldLease, LeaseHeld, LeaseRecord, lease_key, leases
 from autotune.store.records import (
     CalibrationRecord,
+    PlanRecord,
     RecommendationRecord,
     RunRecord,
     SampleRecord,
     TrialRecord,
+    WorkloadStatus,
 )
 from autotune.store.schema import HEAD, UpgradeResult, upgrade
 from autotune.store.store import Store, new_run_id
@@ -28,12 +30,14 @@ __all__ = [
     "HeldLease",
     "LeaseHeld",
     "LeaseRecord",
+    "PlanRecord",
     "RecommendationRecord",
     "RunRecord",
     "SampleRecord",
     "Store",
     "TrialRecord",
     "UpgradeResult",
+    "WorkloadStatus",
     "lease_key",
     "leases",
     "new_run_id",

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
@@ -41,6 +42,7 @@ from sqlalchemy.exc import IntegrityError
 from autotune.errors import ConfigError, StoreError
 from autotune.store.engine import redact
 from autotune.store.models import LeaseRow, utcnow
+from autotune.store.records import iso
 from autotune.store.store import Store
 
 __all__ = [
@@ -75,6 +77,22 @@ class LeaseRecord:
     acquired_at: datetime
     heartbeat_at: datetime
     expires_at: datetime
+
+    def live(self, now: datetime) -> bool:
+        """False once the holder stopped renewing it for its time to live."""
+        return self.expires_at > now
+
+    def describe(self, now: datetime) -> str:
+        """``autotune start on host h, pid 7 (since ... UTC, last heartbeat 3 s ago)``."""
+        beat = (now - self.heartbeat_at).total_seconds()
+        return (f"autotune {self.command} on host {self.host}, pid {self.pid} (since "
+                f"{self.acquired_at:%Y-%m-%d %H:%M:%S} UTC, last heartbeat {beat:.0f} s ago)")
+
+    def to_json(self, now: datetime | None = None) -> dict[str, Any]:
+        return {"traffic": self.traffic, "host": self.host, "pid": self.pid,
+                "command": self.command, "since": iso(self.acquired_at),
+                "heartbeat_at": iso(self.heartbeat_at), "expires_at": iso(self.expires_at),
+                "live": self.live(now or utcnow())}
 
 
 def lease_key(traffic: str | Path) -> str:
@@ -139,9 +157,7 @@ def _holder_gone(row: LeaseRow) -> bool:
 
 
 def _describe(row: LeaseRow, now: datetime) -> str:
-    beat = (now - _aware(row.heartbeat_at)).total_seconds()
-    return (f"autotune {row.command} on host {row.host}, pid {row.pid} (since "
-            f"{_aware(row.acquired_at):%Y-%m-%d %H:%M:%S} UTC, last heartbeat {beat:.0f} s ago)")
+    return _record(row).describe(now)
 
 
 def _record(row: LeaseRow) -> LeaseRecord:
@@ -152,7 +168,7 @@ def _record(row: LeaseRow) -> LeaseRecord:
 
 def leases(store: Store) -> list[LeaseRecord]:
     """Every lease in the database (live or expired), by traffic."""
-    with store.session() as s:
+    with store._read() as s:
         return [_record(r) for r in s.scalars(select(LeaseRow).order_by(LeaseRow.traffic))]
 
 

@@ -18,10 +18,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, make_url, select, text, update
+from sqlalchemy import Engine, case, func, make_url, select, text, update
 from sqlalchemy.orm import Session, defer, sessionmaker
 
 from autotune.errors import StoreError
+from autotune.redact import redact_text
 from autotune.store.engine import (
     DEFAULT_DB_URL,
     ENV_DB_URL,
@@ -34,6 +35,7 @@ from autotune.store.engine import (
 )
 from autotune.store.models import (
     CalibrationRow,
+    PlanRow,
     RecommendationRow,
     RunRow,
     TrafficSampleRow,
@@ -43,10 +45,12 @@ from autotune.store.models import (
 )
 from autotune.store.records import (
     CalibrationRecord,
+    PlanRecord,
     RecommendationRecord,
     RunRecord,
     SampleRecord,
     TrialRecord,
+    WorkloadStatus,
 )
 from autotune.types import TrialConfig
 
@@ -78,14 +82,24 @@ def _require_sqlite_file(url: str) -> None:
 
 
 def _json_safe(value: Any) -> Any:
-    """NaN and infinities become None: PostgreSQL's JSON (rightly) refuses them."""
+    """NaN and infinities become None: PostgreSQL's JSON (rightly) refuses them; credentials in
+    URLs become ``***`` (:func:`autotune.redact.redact_text`): none reaches the database."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
+    if isinstance(value, str):
+        return redact_text(value)
     if isinstance(value, dict):
         return {k: _json_safe(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_json_safe(v) for v in value]
     return value
+
+
+def _later(first: datetime | None, second: datetime | None) -> bool:
+    """True when ``first`` is after ``second`` (unknown times are never later)."""
+    if first is None or second is None:
+        return False
+    return first.replace(tzinfo=first.tzinfo or UTC) > second.replace(tzinfo=second.tzinfo or UTC)
 
 
 def _pair(low: float | None, high: float | None) -> tuple[float, float] | None:
@@ -176,8 +190,9 @@ class Store:
         rid = run_id or new_run_id()
         with self.session() as s:
             s.add(RunRow(id=rid, status="running", backend=backend, policy_name=policy_name,
-                         policy_sha256=policy_sha256, policy=dict(policy), sample_id=sample_id,
-                         seed=seed, options=dict(options or {})))
+                         policy_sha256=policy_sha256, policy=_json_safe(dict(policy)),
+                         sample_id=sample_id,
+                         seed=seed, options=_json_safe(dict(options or {}))))
         return rid
 
     def resumable_run(self, *, backend: str, policy_sha256: str, sample_id: int,
@@ -196,9 +211,19 @@ class Store:
         if status not in RUN_STATUSES:
             raise ValueError(f"run status must be one of {RUN_STATUSES}, got {status!r}")
         with self.session() as s:
-            values: dict[str, Any] = {"status": status, "error": error}
+            values: dict[str, Any] = {"status": status,
+                                      "error": redact_text(error) if error else error}
             values["finished_at"] = None if status == "running" else utcnow()
             s.execute(update(RunRow).where(RunRow.id == run_id).values(**values))
+
+    def update_run_options(self, run_id: str, values: Mapping[str, Any]) -> None:
+        """Merge ``values`` into the run's ``options`` JSON (its cost, why its budget ended
+        it)."""
+        with self.session() as s:
+            run = s.get(RunRow, run_id)
+            if run is None:
+                raise StoreError(f"no run {run_id!r}; list runs with: autotune runs")
+            run.options = {**(run.options or {}), **_json_safe(dict(values))}
 
     def runs(self, limit: int | None = None) -> list[RunRecord]:
         """Runs, newest first."""
@@ -226,7 +251,8 @@ class Store:
                          sample_id=sample.id, sample_path=sample.path,
                          sample_sha256=sample.sha256, sample_requests=sample.requests,
                          seed=run.seed, started_at=run.started_at,
-                         finished_at=run.finished_at, error=run.error)
+                         finished_at=run.finished_at, error=run.error,
+                         options=dict(run.options or {}))
 
     # ---- trials --------------------------------------------------------------------------
     def record_trial(self, *, run_id: str, workload: str, number: int, state: str,
@@ -256,13 +282,21 @@ class Store:
             row.metrics = _json_safe(dict(metrics or {}))
             row.acceptance_rate = acceptance_rate
             row.per_request = _json_safe(dict(per_request or {}))
-            row.error = error
+            row.error = redact_text(error) if error else error
             row.replica = replica
             row.node = node
             row.attempts = attempts
             row.finished_at = None if state == "running" else utcnow()
             s.flush()
             return row.id
+
+    def update_trial_metrics(self, trial_id: int, updates: Mapping[str, Any]) -> None:
+        """Set keys of a stored trial's ``metrics`` (what a later step concluded about it)."""
+        with self.session() as s:
+            row = s.get(TrialRow, trial_id)
+            if row is None:
+                raise ValueError(f"no trial with id {trial_id}")
+            row.metrics = {**(row.metrics or {}), **_json_safe(dict(updates))}
 
     def trials(self, run_id: str | None = None, workload: str | None = None,
                *, with_requests: bool = False) -> list[TrialRecord]:
@@ -303,7 +337,8 @@ class Store:
                            gain_ci: tuple[float, float] | None = None,
                            compared_with: int | None = None,
                            check_active: bool = False,
-                           infeasible: bool = False) -> RecommendationRecord:
+                           infeasible: bool = False,
+                           once_per_run: bool = False) -> RecommendationRecord:
         """Add a recommendation; with ``promote`` it becomes active and the old one retires.
 
         ``gain``/``gain_ci`` are the relative improvement over recommendation ``compared_with``
@@ -313,14 +348,26 @@ class Store:
         says so. Retirement and promotion commit together: a reader sees one active or the
         other, never both or neither. An ``infeasible`` result (no config measured serves the
         workload's traffic within the SLO) is stored with that status and never promoted.
+
+        With ``once_per_run`` a run stores at most one recommendation per workload: when one
+        is stored already (a run stopped after recommending, then resumed), it is returned
+        unchanged and nothing is added or promoted.
         """
         if infeasible:
             promote = False
         speedup = value / baseline_value if baseline_value else None
         with self.session() as s:
-            if promote and s.bind is not None and s.bind.dialect.name == "postgresql":
+            if ((promote or once_per_run) and s.bind is not None
+                    and s.bind.dialect.name == "postgresql"):
                 key = zlib.crc32(f"autotune:{workload}".encode())
                 s.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
+            if once_per_run:
+                stored = s.scalar(select(RecommendationRow)
+                                  .where(RecommendationRow.run_id == run_id,
+                                         RecommendationRow.workload == workload)
+                                  .order_by(RecommendationRow.id).limit(1))
+                if stored is not None:
+                    return self._rec_view(stored)
             active = s.scalar(select(RecommendationRow)
                               .where(RecommendationRow.workload == workload,
                                      RecommendationRow.status == "active")
@@ -335,12 +382,12 @@ class Store:
                 workload=workload, status="infeasible" if infeasible else "candidate",
                 config=config.as_dict(),
                 speculative_config=dict(speculative_config) if speculative_config else None,
-                serve=dict(serve), objective=objective, value=value,
+                serve=_json_safe(dict(serve)), objective=objective, value=value,
                 value_ci_low=value_ci[0] if value_ci else None,
                 value_ci_high=value_ci[1] if value_ci else None,
                 baseline_value=baseline_value, speedup_vs_baseline=speedup, run_id=run_id,
                 trial_id=trial_id, backend=backend, provenance=_json_safe(dict(provenance)),
-                reason=reason,
+                reason=redact_text(reason),
                 gain=gain, gain_ci_low=gain_ci[0] if gain_ci else None,
                 gain_ci_high=gain_ci[1] if gain_ci else None, compared_with_id=compared_with)
             s.add(row)
@@ -386,6 +433,62 @@ class Store:
                 q = q.where(RecommendationRow.status == "active")
             return [self._rec_view(r) for r in s.scalars(q)]
 
+    def workload_statuses(self, workload: str | None = None) -> list[WorkloadStatus]:
+        """Every workload's newest result (:class:`~autotune.store.records.WorkloadStatus`),
+        by workload: the active recommendation, else the newest one stored, else — or when a
+        later finished or failed run tuned the workload and recommended nothing — ``failed``
+        with that run's reason."""
+        with self._read() as s:
+            newest = (select(func.max(RecommendationRow.id))
+                      .group_by(RecommendationRow.workload))
+            if workload:
+                newest = newest.where(RecommendationRow.workload == workload)
+            recs: dict[str, RecommendationRow] = {}
+            chosen = select(RecommendationRow).where(
+                (RecommendationRow.status == "active") | RecommendationRow.id.in_(newest))
+            if workload:
+                chosen = chosen.where(RecommendationRow.workload == workload)
+            for row in s.scalars(chosen.order_by(RecommendationRow.id)):
+                if recs.get(row.workload) is None or recs[row.workload].status != "active":
+                    recs[row.workload] = row
+            starts = dict(s.execute(select(RunRow.id, RunRow.started_at).where(
+                RunRow.id.in_({r.run_id for r in recs.values()}))).all())
+            out = {name: self._status_view(row) for name, row in recs.items()}
+            for name, (run, trials, failed) in self._runs_without_result(s, workload).items():
+                stored = recs.get(name)
+                if stored is not None and (stored.status == "active" or _later(
+                        starts.get(stored.run_id), run.started_at)):
+                    continue
+                why = (f"the run failed: {run.error}" if run.status == "failed" and run.error
+                       else f"every trial failed ({failed})" if failed == trials
+                       else f"no recommendation stored ({failed} of {trials} trials failed)")
+                out[name] = WorkloadStatus(
+                    workload=name, status="failed", run=run.id, at=run.finished_at,
+                    reason=f"{why}; see `autotune trials --run {run.id} --workload {name}`")
+            return [out[k] for k in sorted(out)]
+
+    def _runs_without_result(self, s: Session, workload: str | None
+                             ) -> dict[str, tuple[RunRow, int, int]]:
+        """Per workload, the newest finished or failed run that has its trials but stored no
+        recommendation for it: (run, trials, failed trials)."""
+        q = (select(TrialRow.workload, RunRow, func.count(TrialRow.id),
+                    func.sum(case((TrialRow.state == "failed", 1), else_=0)))
+             .join(RunRow, RunRow.id == TrialRow.run_id)
+             .where(RunRow.status.in_(("finished", "failed")),
+                    ~select(RecommendationRow.id)
+                    .where(RecommendationRow.run_id == TrialRow.run_id,
+                           RecommendationRow.workload == TrialRow.workload).exists())
+             .group_by(TrialRow.workload, RunRow.id)
+             .order_by(RunRow.started_at, RunRow.id))
+        if workload:
+            q = q.where(TrialRow.workload == workload)
+        return {name: (run, int(n), int(failed or 0)) for name, run, n, failed in s.execute(q)}
+
+    def _status_view(self, row: RecommendationRow) -> WorkloadStatus:
+        rec = self._rec_view(row)
+        return WorkloadStatus(workload=rec.workload, status=rec.status, reason=rec.reason,
+                              run=rec.run, at=rec.created_at, recommendation=rec)
+
     @staticmethod
     def _rec_view(r: RecommendationRow) -> RecommendationRecord:
         return RecommendationRecord(
@@ -425,3 +528,40 @@ class Store:
                                       params=dict(c.params or {}), ece_before=c.ece_before,
                                       ece_after=c.ece_after, created_at=c.created_at)
                     for c in s.scalars(q)]
+
+    # ---- plans ---------------------------------------------------------------------------
+    def run_policy(self, run_id: str) -> dict[str, Any]:
+        """The policy a run was made with, as stored (a mapping ``policy_from_mapping`` reads)."""
+        with self._read() as s:
+            run = s.get(RunRow, run_id)
+            if run is None:
+                raise StoreError(f"no run {run_id!r}; list runs with: autotune runs")
+            return dict(run.policy or {})
+
+    def save_plan(self, run_id: str, *, inputs: Mapping[str, Any] | None = None,
+                  shared: list[Mapping[str, Any]] | None = None,
+                  plan: Mapping[str, Any] | None = None) -> None:
+        """Create or update a run's plan row: each part given replaces the stored one."""
+        with self.session() as s:
+            row = s.get(PlanRow, run_id)
+            if row is None:
+                row = PlanRow(run_id=run_id, inputs={}, shared=[], plan=None)
+                s.add(row)
+            if inputs is not None:
+                row.inputs = _json_safe(dict(inputs))
+            if shared is not None:
+                row.shared = _json_safe([dict(r) for r in shared])
+            if plan is not None:
+                row.plan = _json_safe(dict(plan))
+            row.updated_at = utcnow()
+
+    def plan(self, run_id: str) -> PlanRecord | None:
+        """A run's stored plan row, or None."""
+        with self._read() as s:
+            row = s.get(PlanRow, run_id)
+            if row is None:
+                return None
+            return PlanRecord(run=row.run_id, inputs=dict(row.inputs or {}),
+                              shared=tuple(dict(r) for r in row.shared or []),
+                              plan=dict(row.plan) if row.plan is not None else None,
+                              created_at=row.created_at, updated_at=row.updated_at)

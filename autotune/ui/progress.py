@@ -92,6 +92,12 @@ class RichReporter(Reporter):
         slo = ("", "") if outcome.feasible else (" (misses SLO)", "yellow")
         scale = outcome.summary.get("load_scale")
         at = f" at {fmt_num(scale)}× the sample's rate" if isinstance(scale, float) else ""
+        summary = outcome.summary
+        if outcome.feasible and summary.get("capacity_sustained") == 0.0:
+            at += " (met the SLO only in readings too short to sustain a rate)"
+        elif outcome.feasible and summary.get("slo_verdict_code") == 0.5:
+            at += (f" (SLO undecided: p99s over {fmt_num(summary.get('p99_requests'))} "
+                   "requests)")
         self.progress.console.print(Text.assemble(f"{head}{fmt_num(outcome.value)}{at}", slo))
 
     def workload_finished(self, result: WorkloadResult) -> None:

@@ -12,8 +12,9 @@ from typing import Any
 
 from rich.table import Table
 
+from autotune.cost import CostTotal, trial_cost
 from autotune.store import RecommendationRecord, RunRecord, TrialRecord
-from autotune.store.records import iso
+from autotune.store.records import WorkloadStatus, iso
 from autotune.ui.console import fmt_num
 
 __all__ = ["OBJECTIVE_LABELS", "close_race_note", "config_label", "inspect_table", "new_table",
@@ -50,29 +51,47 @@ def config_label(c: Mapping[str, Any]) -> str:
             f"tok={c.get('max_num_batched_tokens', '?')}")
 
 
-def runs_table(rows: Sequence[RunRecord], *, wide: bool = False) -> Table:
-    cols = ["run", "status", "backend", "policy", "requests", "started (UTC)"]
+def _run_gpu_h(r: RunRecord) -> str:
+    """The run's GPU-hours (``*`` when the budget ended it), ``-`` when not recorded."""
+    total = (r.cost or {}).get("total")
+    if not isinstance(total, Mapping):
+        return "-"
+    return fmt_num(float(total.get("gpu_h", 0.0))) + ("*" if r.budget_stop else "")
+
+
+def runs_table(rows: Sequence[RunRecord], *, wide: bool = False) -> tuple[Table, list[str]]:
+    """The runs table (GPU-h: what the pass cost on real replicas) and its notes (why a
+    budget ended a run, for the runs marked ``*``)."""
+    cols = ["run", "status", "backend", "policy", "requests", "GPU-h", "started (UTC)"]
     if wide:
-        cols += ["finished (UTC)", "traffic"]
-    t = new_table(*cols, numeric=("requests",), fold=("policy", "traffic"))
+        cols += ["replica-h", "trials", "finished (UTC)", "traffic"]
+    t = new_table(*cols, numeric=("requests", "GPU-h", "replica-h", "trials"),
+                  fold=("policy", "traffic"))
+    notes = []
     for r in rows:
         cells = [r.id, r.status, r.backend, r.policy_name, str(r.sample_requests),
-                 _when(r.started_at)]
+                 _run_gpu_h(r), _when(r.started_at)]
         if wide:
-            cells += [_when(r.finished_at), r.sample_path]
+            total = (r.cost or {}).get("total")
+            whole = CostTotal.from_json(total) if isinstance(total, Mapping) else None
+            cells += [fmt_num(whole.replica_h) if whole else "-",
+                      str(whole.trials + whole.uncounted) if whole else "-",
+                      _when(r.finished_at), r.sample_path]
         t.add_row(*cells)
-    return t
+        if r.budget_stop:
+            notes.append(f"{r.id}*: the budget ended the pass: {r.budget_stop}")
+    return t, notes
 
 
 def trials_table(rows: Sequence[TrialRecord], *, wide: bool = False) -> tuple[Table, list[str]]:
     """The trials table and its notes (the first line of each failed trial's error)."""
     cols = ["workload", "#", "state", "config", "value", "meets\nSLO", "capacity\n(×)",
-            "p99 TTFT\n(ms)", "p99 ITL\n(ms)", "accept\nrate"]
+            "p99 TTFT\n(ms)", "p99 ITL\n(ms)", "accept\nrate", "outputs\nidentical"]
     if wide:
-        cols = ["run", *cols, "replica", "attempts"]
+        cols = ["run", *cols, "GPU-h", "replica", "attempts"]
     t = new_table(*cols, numeric=("#", "value", "capacity\n(×)", "p99 TTFT\n(ms)",
-                                  "p99 ITL\n(ms)", "accept\nrate", "attempts"),
-                  fold=("workload", "config", "run", "replica"))
+                                  "p99 ITL\n(ms)", "accept\nrate", "GPU-h", "attempts"),
+                  fold=("workload", "config", "run", "replica", "outputs\nidentical"))
     notes = []
     for r in rows:
         m = r.metrics
@@ -80,19 +99,46 @@ def trials_table(rows: Sequence[TrialRecord], *, wide: bool = False) -> tuple[Ta
         cells = [r.workload, str(r.number), r.state, cfg, fmt_num(r.value),
                  "-" if r.feasible is None else ("yes" if r.feasible else "no"),
                  fmt_num(m.get("load_scale")), fmt_num(m.get("ttft_p99_ms")),
-                 fmt_num(m.get("itl_p99_ms")), fmt_num(r.acceptance_rate)]
+                 fmt_num(m.get("itl_p99_ms")), fmt_num(r.acceptance_rate),
+                 outputs_cell(m.get("output_check"))]
         if wide:
-            cells = [r.run, *cells, r.replica or "-", str(r.attempts)]
+            cost = trial_cost(m)
+            cells = [r.run, *cells, fmt_num(cost.gpu_h) if cost else "-", r.replica or "-",
+                     str(r.attempts)]
         t.add_row(*cells)
         if r.error:
             notes.append(f"{r.workload} #{r.number}: {r.error.splitlines()[0]}")
+        check = m.get("output_check")
+        if isinstance(check, Mapping) and check.get("flagged"):
+            notes.append(f"{r.workload} #{r.number}: FLAGGED, {check.get('reason')}")
     return t, notes
 
 
-def recommendations_table(rows: Sequence[RecommendationRecord], *,
+def outputs_cell(check: Any) -> str:
+    """A trial's output check in a cell: identical prompts of those compared against the
+    reference that differs most and the first divergence (prompt:token), FLAGGED when the
+    outputs differ beyond the engine's numerics; "not checked" (no tokens), "-" (not yet)."""
+    if not isinstance(check, Mapping):
+        return "-"
+    if not check.get("checked"):
+        return "not checked"
+    prompts = check.get("prompts")
+    if prompts is None:
+        return "reference"  # the only config whose outputs there were to compare
+    share = check.get("identical_share")
+    same = round(float(share) * int(prompts)) if isinstance(share, int | float) else "?"
+    first = check.get("first_divergence")
+    where = f" @{first['prompt']}:{first['position']}" if isinstance(first, Mapping) else ""
+    return f"{same}/{prompts}{where}" + (" FLAGGED" if check.get("flagged") else "")
+
+
+def recommendations_table(rows: Sequence[RecommendationRecord | WorkloadStatus], *,
                           wide: bool = False) -> tuple[Table, list[str]]:
-    """Recommendations and their notes (why each is where it is)."""
-    objectives = {r.objective for r in rows}
+    """Recommendations and their notes (why each is where it is). A
+    :class:`~autotune.store.records.WorkloadStatus` row shows its recommendation, or for a
+    workload whose newest run recommended nothing, ``failed`` and why."""
+    recs = [r.recommendation if isinstance(r, WorkloadStatus) else r for r in rows]
+    objectives = {r.objective for r in recs if r is not None}
     value = (OBJECTIVE_LABELS.get(objectives.pop(), "value") if len(objectives) == 1 else
              "value")
     cols = ["workload", "status", "config", value, "vs baseline", "created (UTC)"]
@@ -101,14 +147,21 @@ def recommendations_table(rows: Sequence[RecommendationRecord], *,
     t = new_table(*cols, numeric=(value, "vs baseline"),
                   fold=("workload", "config", "vs baseline", "run"))
     notes = []
-    for r in rows:
+    for row, r in zip(rows, recs, strict=True):
+        if r is None:
+            assert isinstance(row, WorkloadStatus)
+            t.add_row(row.workload, row.status, "-", "-", "-", _when(row.at),
+                      *([row.run, "-"] if wide else []))
+            notes.append(f"{row.workload} ({row.status}, run {row.run}): {row.reason}")
+            continue
         cells = [r.workload, r.status, config_label(r.config), fmt_num(r.value),
                  speedup_cell(r), _when(r.created_at)]
         if wide:
             cells += [r.run, r.objective]
         t.add_row(*cells)
         if r.reason:
-            notes.append(f"{r.workload} #{r.id} ({r.status}): {r.reason}")
+            none = ", no active recommendation" if r is not row and r.status != "active" else ""
+            notes.append(f"{r.workload} #{r.id} ({r.status}{none}): {r.reason}")
         race = r.provenance.get("runner_up") or {}
         if race.get("close_race"):
             notes.append(f"{r.workload} #{r.id}: {close_race_note(race)}")

@@ -1,9 +1,12 @@
-"""`autotune start --once` on a local Ray it starts itself: no Ray process outlives it."""
+"""`autotune start --once` on a local Ray it starts itself: its processes listen on loopback
+only, and none outlives it."""
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -44,6 +47,45 @@ def _names(pids: list[int]) -> set[str]:
     return out
 
 
+def _listen_addresses() -> dict[str, str]:
+    """Every listening TCP socket of this network namespace: its inode -> its local address."""
+    out = {}
+    for table, family in (("tcp", socket.AF_INET), ("tcp6", socket.AF_INET6)):
+        for row in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            fields = row.split()
+            local, state, inode = fields[1], fields[3], fields[9]
+            if state != "0A":  # TCP_LISTEN
+                continue
+            raw = bytes.fromhex(local.split(":")[0])
+            # the kernel prints each 32-bit word of the address in host (little-endian) order
+            packed = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+            out[inode] = socket.inet_ntop(family, packed)
+    return out
+
+
+def _listening(pids: list[int]) -> dict[str, set[str]]:
+    """The addresses each process (by name) listens on."""
+    addresses = _listen_addresses()
+    out: dict[str, set[str]] = {}
+    for pid in pids:
+        try:
+            name = Path(f"/proc/{pid}/comm").read_text().strip()
+            links = [os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()]
+        except OSError:  # gone meanwhile
+            continue
+        for link in links:
+            inode = link.removeprefix("socket:[").removesuffix("]")
+            if link.startswith("socket:[") and inode in addresses:
+                out.setdefault(name, set()).add(addresses[inode])
+    return out
+
+
+def _loopback(address: str) -> bool:
+    ip = ipaddress.ip_address(address)
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return (mapped or ip).is_loopback
+
+
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs Linux /proc")
 def test_once_with_two_replicas_leaves_no_ray_process(small_sample: Path, tmp_path: Path) -> None:
     token = uuid.uuid4().hex
@@ -54,17 +96,25 @@ def test_once_with_two_replicas_leaves_no_ray_process(small_sample: Path, tmp_pa
             "--once", "--replicas", "2", "--budget-trials", "2", "--db", db,
             "--export-dir", str(tmp_path / "exports")]
     seen: set[str] = set()
+    listening: dict[str, set[str]] = {}
     log = tmp_path / "stderr.log"
     with log.open("w") as err, subprocess.Popen(argv, env=env, cwd=tmp_path,
                                                 stdout=subprocess.DEVNULL, stderr=err) as proc:
         end = time.monotonic() + 300
         while proc.poll() is None and time.monotonic() < end:
-            seen.update(_names(_marked(token)))
+            marked = _marked(token)
+            seen.update(_names(marked))
+            for name, addresses in _listening(marked).items():
+                listening.setdefault(name, set()).update(addresses)
             time.sleep(0.2)
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, log.read_text()[-3000:]
     assert {"raylet", "gcs_server"} <= seen  # it did start a local Ray (and we saw it)
+    # the local Ray's servers (GCS, raylet, agents, workers, the driver) listen on loopback only
+    assert {"raylet", "gcs_server"} <= set(listening), listening
+    exposed = {name: a for name, a in listening.items() if not all(map(_loopback, a))}
+    assert not exposed, f"listening beyond loopback: {exposed}"
     # ray.shutdown() returns once its processes are signalled; they exit on their own soon
     # after (a generous give-up: a process still there then has outlived the command).
     deadline = time.monotonic() + 30

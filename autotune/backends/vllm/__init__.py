@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from autotune.backends.vllm._backend import VllmBackend, VllmReplica
-from autotune.backends.vllm._options import VllmOptions, parse_options
+from autotune.backends.vllm._options import VllmOptions, normalise_endpoint, parse_options
 from autotune.backends.vllm._process import reap_servers_on_signals, stop_all_servers
 from autotune.backends.vllm._prompts import SyntheticPromptWarning
 from autotune.types import ServeSpec
@@ -29,6 +29,7 @@ __all__ = [
     "VllmOptions",
     "VllmReplica",
     "create_vllm_backend",
+    "normalise_endpoint",
     "reap_servers_on_signals",
     "stop_all_servers",
 ]

@@ -39,11 +39,22 @@ from autotune.backends.vllm._launch import (
     wait_healthy,
 )
 from autotune.backends.vllm._metrics import SpecCounters, acceptance_delta, parse_spec_counters
-from autotune.backends.vllm._options import VllmOptions
+from autotune.backends.vllm._options import EndpointAccess, VllmOptions, quiet_request_urls
+from autotune.backends.vllm._outputs import UNFAITHFUL_TEMPERATURE, decode_check
 from autotune.backends.vllm._process import ServerProcess, free_port
 from autotune.backends.vllm._prompts import BASE_TEXT, SyntheticPrompts, warn_synthetic
 from autotune.errors import BackendError, DependencyError, TrialFailed
-from autotune.types import Measurement, Progress, ReplaySchedule, ServeSpec, TrialConfig
+from autotune.redact import redact_text
+from autotune.types import (
+    GreedyOutput,
+    Measurement,
+    OutputCheck,
+    Progress,
+    ReplaySchedule,
+    Request,
+    ServeSpec,
+    TrialConfig,
+)
 
 __all__ = ["VllmBackend", "VllmReplica"]
 
@@ -55,6 +66,7 @@ def _httpx() -> Any:
         import httpx
     except ImportError as e:
         raise DependencyError.missing("httpx", "vllm", "The vllm backend") from e
+    quiet_request_urls()
     return httpx
 
 
@@ -66,10 +78,12 @@ def _local_vllm_version() -> str | None:
 
 
 class _Endpoint:
-    """Synchronous helpers for one server URL (health, models, version, tokenize, metrics)."""
+    """Synchronous helpers for one server URL (health, models, version, tokenize, metrics).
+    ``client`` sends the credentials of ``access``; ``base_url`` has none."""
 
-    def __init__(self, base_url: str, client: Any) -> None:
-        self.base_url = base_url
+    def __init__(self, access: EndpointAccess, client: Any) -> None:
+        self.access = access
+        self.base_url = access.url
         self.client = client
 
     def get_json(self, path: str) -> Any:
@@ -132,6 +146,12 @@ class VllmReplica:
         self.options = options
         self.seed = seed
         self.startup_s = startup_s
+        #: the start this replica cost (autotune.backends.base.Replica)
+        self.start_s = startup_s if server is not None else 0.0
+        self.start_source = (
+            "measured: vLLM server process launch to /health answering 200"
+            if server is not None else
+            "attached server: started outside autotune, its start is not charged")
         self._prompts: SyntheticPrompts | None = None
         self._stopped = False
 
@@ -149,6 +169,32 @@ class VllmReplica:
         return TrialFailed(f"vLLM server died {when} ({reason}); full log: "
                            f"{self.server.log_path}", log_tail=tail)
 
+    def _synthetic(self) -> SyntheticPrompts:
+        if self._prompts is None:
+            self._prompts = SyntheticPrompts(self.endpoint.base_ids(self.model), self.seed)
+        return self._prompts
+
+    def _prompt(self, request: Request) -> str | list[int]:
+        return request.prompt if request.prompt is not None else \
+            self._synthetic().prompt(request)
+
+    def decode_greedily(self, check: OutputCheck) -> tuple[GreedyOutput, ...]:
+        """The output check (docs/outputs.md): ``check``'s prompts decoded greedily, in one
+        batch, with each position's runner-up token. The test-only option
+        ``unfaithful_windows`` makes the listed windows sample instead."""
+        if self._stopped:
+            raise BackendError(f"replica at {self.base_url} was stopped; start a new one")
+        if not self._alive():
+            raise self._died("before the output check")
+        unfaithful = self.config.num_speculative_tokens in self.options.unfaithful_windows
+        outputs = decode_check(self.endpoint.client, self.base_url, self.model, check,
+                               self._prompt, timeout_s=self.options.request_timeout_s,
+                               temperature=UNFAITHFUL_TEMPERATURE if unfaithful else 0.0,
+                               seed=self.seed)
+        if not self._alive():
+            raise self._died("during the output check")
+        return outputs
+
     def replay(self, schedule: ReplaySchedule, progress: Progress | None = None) -> Measurement:
         if self._stopped:
             raise BackendError(f"replica at {self.base_url} was stopped; start a new one")
@@ -158,11 +204,11 @@ class VllmReplica:
         synthetic = sum(1 for r in requests if r.prompt is None)
         if synthetic:
             warn_synthetic(synthetic, len(requests))
-            if self._prompts is None:
-                self._prompts = SyntheticPrompts(self.endpoint.base_ids(self.model), self.seed)
+            self._synthetic()
         prompts = self._prompts or SyntheticPrompts(None, self.seed)
         target = ReplayTarget(self.base_url, self.model, self.options.request_timeout_s,
-                              prompts)
+                              prompts, auth=self.endpoint.access.auth,
+                              params=self.endpoint.access.params)
         before = self.endpoint.counters() if self.options.metrics else None
         start = time.perf_counter()
         try:
@@ -205,6 +251,7 @@ class VllmBackend:
     """
 
     kind = "vllm"
+    decodes_tokens = True  # its replicas run the output check (docs/outputs.md)
 
     def __init__(self, serve: ServeSpec, options: VllmOptions, seed: int = 0) -> None:
         self.serve = serve
@@ -225,8 +272,9 @@ class VllmBackend:
         return server_argv(self.serve, config, host=self.options.host, port=port, seed=self.seed)
 
     def start(self, config: TrialConfig) -> VllmReplica:
-        if self.options.endpoint is not None:
-            return self._attach(config, self.options.endpoint)
+        access = self.options.access()
+        if access is not None:
+            return self._attach(config, access)
         for attempt in range(self.options.port_retries + 1):
             try:
                 return self._launch(config)
@@ -247,19 +295,20 @@ class VllmBackend:
         log_path = self.log_dir / f"{stamp}-{_slug(config.short())}-port{port}.log"
         argv = self.argv(config, port)
         server = ServerProcess(argv, server_env(self.serve), log_path)
+        launched = time.monotonic()
         try:
             server.launch()
         except OSError as e:
             raise TrialFailed(f"cannot run the vLLM server command {argv[0]!r}: {e}; set "
                               "serve.command to a working launch command") from e
         client = httpx.Client(trust_env=False)
-        endpoint = _Endpoint(base_url, client)
+        endpoint = _Endpoint(EndpointAccess(base_url), client)
         try:
             _log.info("started vLLM server pid %s for %s on %s (log %s)", server.pid,
                       config.short(), base_url, log_path)
-            startup_s = wait_healthy(server, client, base_url,
-                                     timeout_s=self.options.startup_timeout_s,
-                                     interval_s=self.options.health_interval_s)
+            wait_healthy(server, client, base_url, timeout_s=self.options.startup_timeout_s,
+                         interval_s=self.options.health_interval_s)
+            startup_s = time.monotonic() - launched  # process launch to a healthy server
             model, _ = endpoint.served_model()
             self._version = endpoint.version() or self._version
         except BaseException as e:
@@ -276,15 +325,17 @@ class VllmBackend:
         return VllmReplica(config, endpoint, model, server=server, options=self.options,
                            seed=self.seed, startup_s=startup_s)
 
-    def _attach(self, config: TrialConfig, base_url: str) -> VllmReplica:
+    def _attach(self, config: TrialConfig, access: EndpointAccess) -> VllmReplica:
         httpx = _httpx()
+        base_url = access.url  # the credentials go with the client's requests, and only there
         if not self._warned_attach:
             _log.warning("attach mode: measuring the running server at %s as it was started; "
                          "trial configs (%s) are not applied to it, so tuning covers only what "
-                         "that server was started with", base_url, config.short())
+                         "that server was started with", self.options.shown_endpoint(),
+                         config.short())
             self._warned_attach = True
-        client = httpx.Client(trust_env=False)
-        endpoint = _Endpoint(base_url, client)
+        client = httpx.Client(trust_env=False, auth=access.auth, params=list(access.params))
+        endpoint = _Endpoint(access, client)
         try:
             resp = client.get(f"{base_url}/health", timeout=10.0)
             if resp.status_code != 200:
@@ -294,8 +345,9 @@ class VllmBackend:
             self._version = endpoint.version() or self._version
         except httpx.HTTPError as e:
             client.close()
-            raise TrialFailed(f"cannot reach the attached vLLM server at {base_url} ({e}); "
-                              "check the endpoint URL and that the server is running") from e
+            raise TrialFailed(f"cannot reach the attached vLLM server at {base_url} "
+                              f"({redact_text(str(e))}); check the endpoint URL and that the "
+                              "server is running") from None
         except BaseException:
             client.close()
             raise
@@ -316,7 +368,7 @@ class VllmBackend:
                          "node": platform.node()},
         }
         if self.options.endpoint is not None:
-            out["endpoint"] = self.options.endpoint
+            out["endpoint"] = self.options.shown_endpoint()
             out["note"] = ("attach mode: the server at the endpoint is measured as it was "
                            "started; trial configs are not applied, so tuning covers only what "
                            "that server was started with")

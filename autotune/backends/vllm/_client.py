@@ -29,6 +29,7 @@ import numpy as np
 
 from autotune.backends.vllm._prompts import SyntheticPrompts
 from autotune.errors import DependencyError
+from autotune.redact import redact_text
 from autotune.types import AcceptanceCounts, Measurement, Progress, ReplaySchedule, Request
 
 if TYPE_CHECKING:
@@ -55,6 +56,9 @@ class ReplayTarget:
     model: str
     request_timeout_s: float
     prompts: SyntheticPrompts
+    #: Sent with every request: the endpoint's user-info and query (never in a repr).
+    auth: tuple[str, str] | None = field(default=None, repr=False)
+    params: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
 
 @dataclass(slots=True)
@@ -173,7 +177,7 @@ async def _one(client: httpx.AsyncClient, target: ReplayTarget, request: Request
     except TimeoutError:
         result.error = f"timed out after {target.request_timeout_s:g} s (request_timeout_s)"
     except httpx.HTTPError as e:
-        result.error = f"{type(e).__name__}: {e}"[:300]
+        result.error = redact_text(f"{type(e).__name__}: {e}")[:300]
     except ValueError as e:  # malformed JSON in the stream
         result.error = f"malformed stream: {e}"[:300]
     result.done_s = time.perf_counter()
@@ -199,7 +203,8 @@ async def _drive(target: ReplayTarget, schedule: ReplaySchedule, requests: Seque
         if progress is not None:
             progress(len(results), total)
 
-    async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False) as client:
+    async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False,
+                                 auth=target.auth, params=list(target.params)) as client:
 
         async def send(index: int, request: Request) -> None:
             finished(await _one(client, target, request, index, schedule.seed))

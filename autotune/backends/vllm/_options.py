@@ -6,17 +6,72 @@ the known ones, a bad value an error naming the option, the value and what is ex
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from autotune.errors import ConfigError
+from autotune.redact import RedactingFilter, redact_text, redact_url
 
-__all__ = ["VllmOptions", "parse_options"]
+__all__ = ["EndpointAccess", "VllmOptions", "normalise_endpoint", "parse_options",
+           "quiet_request_urls"]
+
+_REQUEST_URLS = RedactingFilter()
+
+
+def quiet_request_urls() -> None:
+    """httpx logs each request's URL (at INFO), query included: filter the credentials of an
+    endpoint's query out of its log records, in every process that builds a client."""
+    logger = logging.getLogger("httpx")
+    if _REQUEST_URLS not in logger.filters:
+        logger.addFilter(_REQUEST_URLS)
+
+
+@dataclass(frozen=True)
+class EndpointAccess:
+    """A server URL split where it enters the client: ``url`` carries no credential (what
+    requests are built on and messages name), ``auth`` (basic auth, from the URL's
+    ``user:password@``) and ``params`` (its query, e.g. ``api_key``) go with every request the
+    client sends, and only there (``autotune.redact``)."""
+
+    url: str
+    auth: tuple[str, str] | None = None
+    params: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def of(cls, endpoint: str) -> EndpointAccess:
+        parts = urlsplit(endpoint)
+        host = parts.hostname or ""
+        netloc = (f"[{host}]" if ":" in host else host) + (
+            f":{parts.port}" if parts.port is not None else "")
+        auth = ((unquote(parts.username or ""), unquote(parts.password or ""))
+                if "@" in parts.netloc else None)
+        params = tuple(parse_qsl(parts.query, keep_blank_values=True))
+        return cls(urlunsplit((parts.scheme, netloc, parts.path, "", "")), auth, params)
+
+    def __repr__(self) -> str:  # never the credentials, whoever prints it
+        return f"EndpointAccess({self.url!r}, auth={'***' if self.auth else None})"
+
+
+def normalise_endpoint(value: str) -> str:
+    """An attach-mode server URL without a trailing ``/v1`` (or ``/``) and fragment; raises
+    ValueError saying what is expected (never repeating the URL: it may hold credentials)."""
+    parts = urlsplit(value.strip())
+    expected = "expected an http(s) URL of a vLLM OpenAI server, e.g. http://127.0.0.1:8000"
+    try:
+        parts.port  # noqa: B018 (raises for a port that is not a number)
+    except ValueError:
+        raise ValueError(f"its port is not a number; {expected}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(expected)
+    path = parts.path.rstrip("/").removesuffix("/v1")
+    return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
 
 
 class VllmOptions(BaseModel):
@@ -52,23 +107,32 @@ class VllmOptions(BaseModel):
     port_retries: int = Field(
         default=2, ge=0, strict=True,
         description="relaunches on a new port when the chosen one was taken meanwhile")
+    unfaithful_windows: tuple[int, ...] = Field(
+        default=(),
+        description="test only: trials whose num_speculative_tokens is listed sample "
+                    "(temperature 1) in the output check instead of decoding greedily, a "
+                    "stand-in for a drafter path that changes outputs (docs/outputs.md)")
 
     @property
     def attach(self) -> bool:
         return self.endpoint is not None
 
+    def access(self) -> EndpointAccess | None:
+        """The endpoint split into its URL and the credentials the client sends, or None."""
+        return EndpointAccess.of(self.endpoint) if self.endpoint is not None else None
+
+    def shown_endpoint(self) -> str | None:
+        """The endpoint as records and messages show it (credentials as ``***``)."""
+        return redact_url(self.endpoint) if self.endpoint is not None else None
+
+    def __repr_args__(self) -> Any:  # pydantic's repr: never the endpoint's credentials
+        for key, value in super().__repr_args__():
+            yield key, (self.shown_endpoint() if key == "endpoint" else value)
+
     @field_validator("endpoint")
     @classmethod
     def _endpoint(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        text = value.strip().rstrip("/")
-        text = text.removesuffix("/v1")
-        parts = urlsplit(text)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ValueError("expected an http(s) URL of a vLLM OpenAI server, e.g. "
-                             "http://127.0.0.1:8000")
-        return text
+        return normalise_endpoint(value) if value is not None else None
 
     @field_validator("startup_timeout_s", "request_timeout_s", "stop_grace_s",
                      "health_interval_s")
@@ -108,4 +172,4 @@ def parse_options(options: Mapping[str, Any]) -> VllmOptions:
             else:
                 msg = str(err["msg"]).removeprefix("Value error, ")
                 problems.append(f"vllm backend option {key}={given.get(key)!r}: {msg}")
-        raise ConfigError("; ".join(problems)) from e
+        raise ConfigError(redact_text("; ".join(problems))) from None

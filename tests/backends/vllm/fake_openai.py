@@ -16,10 +16,14 @@ server's ``perf_counter`` clock (the client's clock too, in the same process): w
 how many were in flight then, and when each chunk and the end of the stream were written. A
 client cannot read a chunk before the server starts writing it, so these times bound the
 client's measurements from below.
+
+A server made with ``credentials`` and ``query`` answers 401 to any request without that basic
+auth and those query parameters (and counts it in ``refused``).
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import select
 import socket
@@ -30,6 +34,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 __all__ = ["HOLD_GIVE_UP_S", "Exchange", "FakeServer", "running_fake"]
 
@@ -66,15 +71,35 @@ class _Script(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data.encode())
 
+    def _route(self) -> str | None:
+        """The request's path, or None after answering 401 when the server requires credentials
+        (:attr:`FakeServer.credentials`, :attr:`FakeServer.query`) the request lacks."""
+        parts = urlsplit(self.path)
+        srv = self.server
+        basic = (None if srv.credentials is None else
+                 "Basic " + base64.b64encode(":".join(srv.credentials).encode()).decode())
+        if (basic is not None and self.headers.get("Authorization") != basic) or (
+                srv.query is not None and dict(parse_qsl(parts.query)) != srv.query):
+            with srv.lock:
+                srv.refused += 1
+            if self.command == "POST":
+                self.rfile.read(int(self.headers["Content-Length"]))
+            self._json(401, {"error": {"message": "unauthorized"}})
+            return None
+        return parts.path
+
     def do_GET(self) -> None:
         srv = self.server
-        if self.path == "/health":
+        path = self._route()
+        if path is None:
+            return
+        if path == "/health":
             self._json(200, "")
-        elif self.path == "/v1/models":
+        elif path == "/v1/models":
             self._json(200, {"data": [{"id": "fake-model", "max_model_len": 512}]})
-        elif self.path == "/version":
+        elif path == "/version":
             self._json(200, {"version": "0.0.fake"})
-        elif self.path == "/metrics":
+        elif path == "/metrics":
             with srv.lock:
                 drafts, acc = srv.drafts, srv.drafts * srv.accepted
                 per_pos = [srv.drafts if k < srv.accepted else 0 for k in range(K)]
@@ -88,8 +113,11 @@ class _Script(BaseHTTPRequestHandler):
             self._json(404, {"error": {"message": "not found"}})
 
     def do_POST(self) -> None:
+        path = self._route()
+        if path is None:
+            return
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        if self.path == "/tokenize":
+        if path == "/tokenize":
             self._json(200, {"tokens": [11, 12, 13, 14, 15], "count": 5})
             return
         srv = self.server
@@ -179,8 +207,13 @@ class _Script(BaseHTTPRequestHandler):
 class FakeServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, accepted: int = 1) -> None:
+    def __init__(self, accepted: int = 1, credentials: tuple[str, str] | None = None,
+                 query: dict[str, str] | None = None) -> None:
         super().__init__(("127.0.0.1", 0), _Script)
+        #: Required of every request when set: basic auth (user, password), query parameters.
+        self.credentials = credentials
+        self.query = query
+        self.refused = 0  # requests answered 401 for lacking them
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)  # notified on arrivals and disconnects
         self.released = threading.Event()
@@ -219,8 +252,9 @@ class FakeServer(ThreadingHTTPServer):
 
 
 @contextmanager
-def running_fake(accepted: int = 1) -> Iterator[FakeServer]:
-    server = FakeServer(accepted)
+def running_fake(accepted: int = 1, credentials: tuple[str, str] | None = None,
+                 query: dict[str, str] | None = None) -> Iterator[FakeServer]:
+    server = FakeServer(accepted, credentials, query)
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:

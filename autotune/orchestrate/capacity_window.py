@@ -1,0 +1,100 @@
+"""The window of traffic one capacity reading replays, and whether what it read was sustained.
+
+**A bounded window.** A reading at arrival scale s (× the sample's rate) replays the requests
+whose scaled arrivals fit in ``replay.window_s`` replica seconds: a contiguous slice of the
+sample spanning at most ``window_s × s`` of its own seconds, so a reading at 1/64 of the rate
+costs a window, not the whole sample stretched 64×. The slice is the *busiest* one of that
+length (the most arrivals; the earliest on a tie): it is chosen from the sample alone, so every
+config of a pass reads the same requests at the same scale and their readings compare, and a
+replica credited with a rate has served the sample's densest stretch at that rate, not a lull.
+At high scales the whole sample fits and the window is the sample's own span / s.
+
+**Sustained.** A replica whose batch starts empty needs about one request lifetime (the median
+end-to-end latency, E2E) for its batch to fill, since a request in flight at t arrived within
+the last E2E (Little's law), and another E2E to drain once arrivals stop. A request arriving
+at t sees a settled batch only when t ≥ E2E and t + E2E ≤ window: of a window W, W - 2 E2E.
+With W ≥ :data:`SETTLE_LIFETIMES` × E2E (k = 4) at least half of the window's requests saw the
+settled batch, and the reading's completion rate, N / (W + drain), is at least k / (k + 1) =
+80% of the offered rate when the drain (from the last arrival to the last completion) is one
+lifetime; the lifetime is therefore the median E2E or the drain measured, whichever is longer,
+so a reading completing under 80% of the rate it would be credited with is not sustained
+either. A shorter window measures how fast a burst drains: its rate is not credited
+(:func:`settle_margin` > 0 reads as a miss to the capacity search, and a trial whose kept
+reading was not sustained says ``capacity_sustained`` 0).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+
+from autotune.errors import ConfigError
+from autotune.types import Measurement, Request
+
+__all__ = ["SETTLE_LIFETIMES", "busiest_slice", "check_window", "settle_margin",
+           "window_requests"]
+
+#: A reading is a sustained rate when its window spans at least this many median request
+#: lifetimes (module doc: half the window's requests then see a settled batch).
+SETTLE_LIFETIMES = 4.0
+
+
+def busiest_slice(arrivals: Sequence[float], length: float) -> tuple[int, int]:
+    """``(i, j)``: the contiguous run ``arrivals[i:j]`` (sorted) spanning at most ``length``
+    seconds that holds the most arrivals; the earliest such run on a tie."""
+    best = (0, min(1, len(arrivals)))
+    i = 0
+    for j in range(len(arrivals)):
+        while arrivals[j] - arrivals[i] > length:
+            i += 1
+        if j + 1 - i > best[1] - best[0]:
+            best = (i, j + 1)
+    return best
+
+
+def window_requests(requests: Sequence[Request], scale: float,
+                    window_s: float | None) -> list[Request]:
+    """The requests a reading at ``scale`` replays within ``window_s`` replica seconds (the
+    busiest slice, module doc), their arrivals shifted to start at 0; all of them when
+    ``window_s`` is None or the requests have no arrival times."""
+    if window_s is None or any(r.arrival_s is None for r in requests):
+        return list(requests)
+    arrivals = [float(r.arrival_s or 0.0) for r in requests]
+    i, j = busiest_slice(arrivals, window_s * scale)
+    t0 = arrivals[i] if j > i else 0.0
+    return [replace(r, arrival_s=a - t0) for r, a in zip(requests[i:j], arrivals[i:j],
+                                                          strict=True)]
+
+
+def settle_margin(m: Measurement, window_s: float) -> float:
+    """log(:data:`SETTLE_LIFETIMES` × lifetime / window): ≤ 0 when a reading whose measured
+    requests arrived over ``window_s`` replica seconds was a sustained rate, > 0 when it only
+    drained a burst; NaN when no request completed or the window is unknown. The lifetime is
+    the median E2E or, when longer, the drain measured (the measured span's time after the
+    last arrival, ``duration_s`` - ``window_s``): a window of k drains completes at least
+    k / (k + 1) of the offered rate."""
+    import numpy as np
+
+    e2e = m.e2e_s[m.ok]
+    if e2e.size == 0 or not window_s > 0:
+        return math.nan
+    lifetime = max(float(np.median(e2e)), m.duration_s - window_s)
+    return math.log(SETTLE_LIFETIMES * lifetime / window_s) if lifetime > 0 else -math.inf
+
+
+def check_window(window_s: float | None, time_scale: float, workload: str,
+                 requests: Sequence[Request]) -> None:
+    """ConfigError (naming ``replay.window_s``) when a window at the rate to serve holds less
+    than one request on average: ``window_s`` × the workload's mean arrival rate × the
+    ``time_scale`` under 1. A reading needs at least one arrival to measure anything."""
+    times = [r.arrival_s for r in requests if r.arrival_s is not None]
+    if window_s is None or len(times) < 2:
+        return
+    span = max(times) - min(times)
+    rate = (len(times) - 1) / span * time_scale if span > 0 else math.inf
+    if window_s * rate < 1.0:
+        raise ConfigError(
+            f"replay.window_s: {window_s:g} s holds {window_s * rate:.2f} requests of workload "
+            f"{workload!r} at the rate to serve ({rate:.3g} req/s); a reading needs at least "
+            f"one: set replay.window_s to {math.ceil(1.0 / rate):g} s or more")
