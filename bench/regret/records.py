@@ -39,7 +39,15 @@ class RunRow(TypedDict):
     """One method's run on one seed, scored against that seed's oracle. ``to_2pct`` is inf when
     the run never came within 2%. A real-engine world's row carries its seed's own oracle and
     default (each seed has its own held-out oracle there). Rows recorded before the close race
-    was lack ``close_race`` and ``lead``."""
+    was lack ``close_race`` and ``lead``.
+
+    What the run would cost on real replicas (bench/regret/economy.py; rows recorded before
+    readings carried their cost, or whose readings lack it, have none of these):
+    ``trial_gpu_h`` (each of ``trials``' GPU-hours), ``gpu_h`` (their sum), ``regret_at_gpu_h``
+    (the regret when the method's spending stops at the GPU-hours guided spent on the seed;
+    None without a guided run), ``gpu_h_to_1pct`` (GPU-hours before the recommendation comes
+    within 1%, inf: never). ``no_rate_trials``: search trials of ``trials`` on configs that
+    meet the SLO at no rate by the oracle's readings."""
 
     regret: float
     runs: int
@@ -55,6 +63,11 @@ class RunRow(TypedDict):
     oracle_value: NotRequired[float]
     default_regret: NotRequired[float]
     default_meets_slo: NotRequired[bool]
+    trial_gpu_h: NotRequired[list[float]]
+    gpu_h: NotRequired[float]
+    regret_at_gpu_h: NotRequired[float | None]
+    gpu_h_to_1pct: NotRequired[float]
+    no_rate_trials: NotRequired[int]
 
 
 class Detail(TypedDict):
@@ -74,7 +87,10 @@ class Detail(TypedDict):
 class MethodSummary(TypedDict):
     """A method over a set of units (the seed default: ``median_regret`` alone). Runs to 2% for
     the methods that run on (None: not reached in half the runs); the share of runs said close
-    for guided."""
+    for guided. With rows that carry their cost (bench/regret/economy.py): the median GPU-hours
+    of a run, the median regret at guided's GPU-hours (the seed's), the median GPU-hours to
+    1% (None: not reached in half the runs); and the median search trials per workload on
+    configs that meet the SLO at no rate."""
 
     median_regret: float
     max_regret: NotRequired[float]
@@ -84,6 +100,10 @@ class MethodSummary(TypedDict):
     median_runs_to_2pct: NotRequired[float | None]
     losses_said_close: NotRequired[float | None]
     others_said_close: NotRequired[float | None]
+    median_gpu_h: NotRequired[float]
+    regret_at_guided_gpu_h: NotRequired[float]
+    median_gpu_h_to_1pct: NotRequired[float | None]
+    median_no_rate_trials: NotRequired[float]
 
 
 class Summary(TypedDict):

@@ -14,7 +14,7 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 
-from bench.regret.records import Detail, MethodSummary, Result, Summary
+from bench.regret.records import Detail, MethodSummary, Result, RunRow, Summary
 from bench.regret.settings import METHODS, SAID_LOSS
 
 
@@ -38,11 +38,31 @@ def summarize(units: Sequence[Detail], seeds: int) -> Summary:
             summary["median_runs_to_2pct"] = to2 if math.isfinite(to2) else None
         if m == "guided":
             summary["losses_said_close"], summary["others_said_close"] = _said_close(units)
+        _economy(summary, rows)
         methods[m] = summary
     methods["default"] = {"median_regret": round(median([u["default_regret"]
                                                          for u in units]), 4)}
     return {"workloads": sorted({u["workload"] for u in units}), "seeds": seeds,
             "methods": methods}
+
+
+def _economy(summary: MethodSummary, rows: Sequence[RunRow]) -> None:
+    """Set a method's economy over its rows (bench/regret/economy.py), the keys its rows carry:
+    median GPU-hours of a run, median regret at guided's GPU-hours, median GPU-hours to 1%
+    (None: not reached in half the runs), median search trials on configs that meet the SLO
+    at no rate."""
+    no_rate = [r["no_rate_trials"] for r in rows if "no_rate_trials" in r]
+    if no_rate:
+        summary["median_no_rate_trials"] = median(no_rate)
+    costed = [r for r in rows if "gpu_h" in r]
+    if not costed:
+        return
+    summary["median_gpu_h"] = round(median([r["gpu_h"] for r in costed]), 6)
+    at = [a for r in costed if (a := r.get("regret_at_gpu_h")) is not None]
+    if at:
+        summary["regret_at_guided_gpu_h"] = round(median(at), 4)
+    to1 = median([r["gpu_h_to_1pct"] for r in costed])
+    summary["median_gpu_h_to_1pct"] = round(to1, 6) if math.isfinite(to1) else None
 
 
 def _said_close(units: Sequence[Detail]) -> tuple[float | None, float | None]:
@@ -71,6 +91,15 @@ def checks(name: str, res: Summary, units: Sequence[Detail]) -> list[str]:
     def mark(ok: bool) -> str:
         return "PASS" if ok else "FAIL"
 
+    economy = []
+    if "regret_at_guided_gpu_h" in t:
+        economy.append(f"{mark(g['median_regret'] <= t['regret_at_guided_gpu_h'] / 3)} at "
+                       f"guided's GPU-hours guided {g['median_regret']:.2%} <= tpe "
+                       f"{t['regret_at_guided_gpu_h']:.2%} / 3")
+    if "median_no_rate_trials" in g:
+        economy.append(f"{mark(g['median_no_rate_trials'] <= 1)} guided median search trials "
+                       f"on configs meeting the SLO at no rate {g['median_no_rate_trials']:g} "
+                       f"<= 1")
     return [
         f"{name}: {mark(g['median_regret'] <= 0.01)} guided median regret "
         f"{g['median_regret']:.2%} <= 1%; {mark(g['max_regret'] <= 0.03)} worst "
@@ -83,6 +112,7 @@ def checks(name: str, res: Summary, units: Sequence[Detail]) -> list[str]:
         f"{g['regret_at_6']:.2%} <= tpe {t['regret_at_6']:.2%} / 3; "
         f"{mark(not losses)} never loses to a default that meets the SLO"
         + (f" (loses: {', '.join(losses)})" if losses else ""),
+        *(["  " + "; ".join(economy)] if economy else []),
     ]
 
 

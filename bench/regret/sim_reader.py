@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench.regret.oracle import Table, build_table
-from bench.regret.reading import Reading, ReadingCache
+from bench.regret.reading import COST_KEYED, Reading, ReadingCache, reading_cost
 from bench.regret.records import Json
 from bench.regret.settings import BUDGET, LONG_RUN, SMALL_SPACE, Settings, Space
 from bench.regret.workloads import Workload
@@ -147,7 +147,7 @@ class SimReader:
                                       self.policy.sim.model_dump(), 0)
         # keyed by the workload as written (its SLO before any dilation)
         self.key = (f"{world.name}|{wl.name}|{settings.requests}|{settings.capacity_replays}|"
-                    f"{wl.slo}|{settings.fingerprint}")
+                    f"{wl.slo}|{settings.fingerprint}|{COST_KEYED}")
         self.cache = ReadingCache(settings.cache, self.key)
 
     @property
@@ -171,11 +171,12 @@ class SimReader:
     def _measure(self, config: TrialConfig, replay_seed: int) -> Reading:
         from autotune.objective import score_measurement
         from autotune.orchestrate.capacity import replay_at_capacity
+        from autotune.orchestrate.servers import MeteredReplica
         from autotune.predict import decode_stats
 
         slo = self.policy.objective.slo.slo()
         schedule = self.policy.replay.schedule(self.wl.requests, seed=replay_seed, slo=slo)
-        replica = self.backend.start(config)
+        replica = MeteredReplica(self.backend.start(config))
         try:
             m = replay_at_capacity(replica, schedule, slo,
                                    max_replays=self.settings.capacity_replays)
@@ -185,4 +186,5 @@ class SimReader:
         summary: dict[str, Json] = {k: v for k, v in out.summary.items()
                                     if k != "per_position_acceptance"}
         summary.update(decode_stats(m))
+        summary.update(reading_cost(replica, self.policy.gpus_per_replica))
         return Reading(out.value, out.feasible, dict(out.constraints), summary)

@@ -5,12 +5,20 @@ real-engine ones one at a time after them (:func:`map_units`).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from bench.regret.economy import (
+    gpu_h_to,
+        no_rate_trials,
+    trial_gpu_h,
+    within_budget,
+)
 from bench.regret.engine_reader import EngineReader
-from bench.regret.methods import race, recommended, run_grid, run_searcher, runs_to
+from bench.regret.methods import Trials, race, recommended, run_grid, run_searcher, runs_to
 from bench.regret.oracle import Table
 from bench.regret.reader import Reader
 from bench.regret.records import Detail, RunRow
@@ -19,6 +27,9 @@ from bench.regret.settings import BUDGET, EQUAL_BUDGET, Settings
 from bench.regret.sim_reader import SimReader
 from bench.regret.workloads import Workload
 from bench.regret.worlds import World
+
+if TYPE_CHECKING:
+    from autotune.types import TrialConfig
 
 
 @dataclass(frozen=True)
@@ -55,7 +66,7 @@ def score_methods(reader: Reader, seeds: int, methods: Sequence[str], t0: float)
     world, wl = reader.world, reader.wl
     tables = reader.tables(seeds)
     pooled = Table({c: list({id(r): r for t in tables for r in t.readings[c]}.values())
-                    for c in tables[0].readings})  # every reading once
+                    for c in tables[0].readings}, binding=tables[0].binding)  # every reading once
     best_c, best_v = pooled.oracle()
     default = reader.policy.baseline.config()
     runs: dict[str, list[RunRow]] = {}
@@ -69,6 +80,7 @@ def score_methods(reader: Reader, seeds: int, methods: Sequence[str], t0: float)
         "workload": wl.name}
     lines = [f"{world.name} {wl.name}: oracle {best_c.short()} = {best_v:.3f}; default regret "
              f"{detail['default_regret']:.2%} (meets SLO: {detail['default_meets_slo']})"]
+    budgets: dict[int, float] = {}  # guided's GPU-hours per seed: the equal budget
     for method in methods:
         rows: list[RunRow] = []
         for seed, table in enumerate(tables):
@@ -88,7 +100,12 @@ def score_methods(reader: Reader, seeds: int, methods: Sequence[str], t0: float)
                            "to_2pct": runs_to(table, run.trials, 0.02),
                            "chosen": chosen.short() if chosen else None,
                            "stop": run.stop_reason,
-                           "trials": [c.short() for c, _ in head], **race(head)}
+                           "trials": [c.short() for c, _ in head], **race(head),
+                           "no_rate_trials": no_rate_trials([c for c, _ in head],
+                                                            table.meets_somewhere, default)}
+            _economy(row, table, run.trials, len(head), budgets.get(seed))
+            if method == "guided" and "gpu_h" in row:
+                budgets[seed] = row["gpu_h"]
             if any(t is not tables[0] for t in tables):  # the seed's own oracle and default
                 oracle_c, oracle_v = table.oracle()
                 row.update({"oracle": oracle_c.short(), "oracle_value": oracle_v,
@@ -101,11 +118,39 @@ def score_methods(reader: Reader, seeds: int, methods: Sequence[str], t0: float)
                      f"{median([r['regret_at_6'] for r in rows]):.2%} runs "
                      f"{median([r['runs'] for r in rows]):.0f} to2% "
                      f"{[r['to_2pct'] for r in rows]}")
+        lines.append(_economy_line(rows))
     if "guided" in runs:
         g = runs["guided"][0]
         lines.append(f"  guided seed 0 ran {g['trials']} -> {g['chosen']} ({g['stop']})")
     return UnitResult(world.name, wl.name, detail, time.perf_counter() - t0, reader.measured,
                       lines, seeds)
+
+
+def _economy(row: RunRow, table: Table[TrialConfig], trials: Trials, head: int,
+             budget: float | None) -> None:
+    """Set ``row``'s cost keys (bench/regret/economy.py): its first ``head`` trials'
+    GPU-hours, the regret when it stops at ``budget`` GPU-hours (guided's on the seed), the
+    GPU-hours to 1% over all its ``trials``; none when a reading lacks its cost."""
+    spent = trial_gpu_h(trials)
+    if spent is None:
+        return
+    row["trial_gpu_h"] = [round(g, 6) for g in spent[:head]]
+    row["gpu_h"] = round(sum(spent[:head]), 6)
+    row["regret_at_gpu_h"] = (None if budget is None else
+                              table.regret(recommended(trials[:within_budget(spent, budget)])))
+    row["gpu_h_to_1pct"] = gpu_h_to(spent, lambda k: table.regret(recommended(trials[:k])))
+
+
+def _economy_line(rows: Sequence[RunRow]) -> str:
+    """A method's GPU-hours, regret at guided's GPU-hours and no-rate trials, one line."""
+    no_rate = median([r["no_rate_trials"] for r in rows if "no_rate_trials" in r] or [0])
+    costed = [r for r in rows if "gpu_h" in r]
+    if not costed:
+        return f"          no-rate trials {no_rate:g} (the readings carry no cost)"
+    at = [a for r in costed if (a := r.get("regret_at_gpu_h")) is not None]
+    return (f"          GPU-h median {median([r['gpu_h'] for r in costed]):.3g} at guided's "
+            f"GPU-h {median(at) if at else math.nan:.2%} GPU-h to 1% "
+            f"{median([r['gpu_h_to_1pct'] for r in costed]):.3g} no-rate trials {no_rate:g}")
 
 
 def map_units(jobs: int, settings: Settings,
