@@ -70,9 +70,24 @@ class RunRow(TypedDict):
     no_rate_trials: NotRequired[int]
 
 
+class BindingRecord(TypedDict):
+    """A unit's binding SLO (bench/regret/binding.py): the rule, the p99 ITL bound it gave and
+    the configs' unloaded p99 ITLs it was set from, and the throughput-best config (the oracle
+    under the workload's own SLO, by capacity at any rate) with whether it serves the rate
+    within the binding SLO."""
+
+    world: str
+    rule: str
+    itl_p99_ms: float
+    unloaded_itl_p99_best_ms: float
+    unloaded_itl_p99_median_ms: float
+    throughput_best: str
+    throughput_best_serves: bool
+
+
 class Detail(TypedDict):
     """One (world, workload) scored: its SLO, its oracle, the default's regret, every method's
-    rows by method (one per seed)."""
+    rows by method (one per seed); under a binding SLO, how it was set (``binding``)."""
 
     slo: SloRecord
     oracle: str
@@ -82,6 +97,7 @@ class Detail(TypedDict):
     default_meets_slo: bool
     runs: dict[str, list[RunRow]]
     workload: str
+    binding: NotRequired[BindingRecord]
 
 
 class MethodSummary(TypedDict):
@@ -107,11 +123,24 @@ class MethodSummary(TypedDict):
 
 
 class Summary(TypedDict):
-    """A world's (or every world's) summary: its workloads, seeds and methods."""
+    """A world's (or every world's) summary: its workloads, seeds and methods; for a world,
+    whether the search was tuned on it (bench/regret/worlds.py ``TUNED_ON``; False: scored
+    once, new to the search)."""
 
     workloads: list[str]
     seeds: int
     methods: dict[str, MethodSummary]
+    tuned_on: NotRequired[bool]
+
+
+class BindingSummary(TypedDict):
+    """Over the units scored under a binding SLO: the rule that set the bounds, how many units,
+    and those whose throughput-best config fails the SLO at the rate to serve."""
+
+    rule: str
+    units: int
+    throughput_best_fails: int
+    which: list[str]
 
 
 class Provenance(TypedDict):
@@ -122,11 +151,15 @@ class Provenance(TypedDict):
 
 
 class Result(TypedDict):
-    """The result over the units finished: per world and over all of them."""
+    """The result over the units finished: per world and over all of them; the worlds the
+    search was tuned on (``tuned_on``); under a binding SLO, its units counted
+    (``binding_slo``)."""
 
     worlds: dict[str, Summary]
     summary: Summary
     provenance: NotRequired[Provenance]
+    tuned_on: NotRequired[list[str]]
+    binding_slo: NotRequired[BindingSummary]
 
 
 #: Per world, its units' details.

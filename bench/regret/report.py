@@ -14,8 +14,10 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 
+from bench.regret.binding import RULE, changed_winner
 from bench.regret.records import Detail, MethodSummary, Result, RunRow, Summary
 from bench.regret.settings import METHODS, SAID_LOSS
+from bench.regret.worlds import TUNED_ON
 
 
 def median(xs: Sequence[float]) -> float:
@@ -126,6 +128,33 @@ def result(by_world: Mapping[str, list[Detail]], order: Sequence[str],
             details.sort(key=lambda u: (order.index(u["workload"]) if u["workload"] in order
                                         else len(order), u["workload"]))
             worlds[name] = summarize(details, seeds[name])
+    for name, summary in worlds.items():
+        summary["tuned_on"] = name in TUNED_ON
     every = [u for details in by_world.values() for u in details]
-    return {"worlds": worlds,
-            "summary": summarize(every, min(seeds[n] for n, d in by_world.items() if d))}
+    out: Result = {"worlds": worlds,
+                   "summary": summarize(every, min(seeds[n] for n, d in by_world.items() if d)),
+                   "tuned_on": list(TUNED_ON)}
+    bound = [u for u in every if "binding" in u]
+    if bound:
+        fails = changed_winner(bound)
+        out["binding_slo"] = {"rule": RULE, "units": len(bound),
+                              "throughput_best_fails": len(fails), "which": fails}
+    return out
+
+
+def tuned_on_lines(worlds: Sequence[str]) -> list[str]:
+    """Which worlds the search was tuned on, and which of ``worlds`` are new to it."""
+    new = [w for w in worlds if w not in TUNED_ON]
+    return [f"tuned on ({len(TUNED_ON)} worlds, in-sample): {', '.join(TUNED_ON)}",
+            f"scored once (new to the search, the code frozen): {', '.join(new) or 'none'}"]
+
+
+def binding_lines(res: Result) -> list[str]:
+    """The binding-SLO count: units whose throughput-best config fails the SLO at the rate."""
+    b = res.get("binding_slo")
+    if b is None:
+        return []
+    return [f"binding SLO ({b['rule']}): the throughput-best config fails the SLO at the rate "
+            f"to serve in {b['throughput_best_fails']} of {b['units']} units "
+            f"({'PASS' if 2 * b['throughput_best_fails'] >= b['units'] else 'FAIL'} at least "
+            f"half)" + (f": {', '.join(b['which'])}" if b["which"] else "")]

@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bench.regret.binding import bound
 from bench.regret.oracle import Table, build_table
 from bench.regret.reading import COST_KEYED, Reading, ReadingCache, reading_cost
 from bench.regret.records import Json
@@ -23,8 +24,9 @@ from bench.regret.workloads import Workload
 from bench.regret.worlds import ServeKeys, World, WorldKeys, sim_worlds
 
 if TYPE_CHECKING:
+    from autotune.backends import Backend
     from autotune.policy import Policy
-    from autotune.types import TrialConfig
+    from autotune.types import Measurement, TrialConfig
 
 #: A simulator profile of a local spec pair names its model ``local/spec-pair-<pair>``.
 LOCAL_PAIR = "local/spec-pair-"
@@ -75,17 +77,23 @@ def unloaded_latencies(world: World, wl: Workload) -> tuple[float, float, float]
     serving ``wl``'s requests one at a time (closed loop, one in flight): no queueing."""
     from autotune.backends import create_backend
     from autotune.slo import Slo
-    from autotune.types import ReplaySchedule
 
     policy = bench_policy(world, wl, "grid", BUDGET, SMALL_SPACE)
     backend = create_backend("sim", policy.serve.spec(), policy.sim.model_dump(), 0)
-    replica = backend.start(policy.baseline.config())
-    try:
-        m = replica.replay(ReplaySchedule(wl.requests, mode="closed", concurrency=1, seed=0))
-    finally:
-        replica.stop()
+    m = one_at_a_time(backend, policy.baseline.config(), wl)
     check = m.slo_check(Slo())
     return check.ttft_p99_ms, check.itl_p99_ms, float(m.e2e_s[m.ok].mean())
+
+
+def one_at_a_time(backend: Backend, config: TrialConfig, wl: Workload) -> Measurement:
+    """``config`` serving ``wl``'s requests one at a time (closed loop, one in flight)."""
+    from autotune.types import ReplaySchedule
+
+    replica = backend.start(config)
+    try:
+        return replica.replay(ReplaySchedule(wl.requests, mode="closed", concurrency=1, seed=0))
+    finally:
+        replica.stop()
 
 
 def dilation(world: World, wl: Workload) -> tuple[float, float, float]:
@@ -149,10 +157,36 @@ class SimReader:
         self.key = (f"{world.name}|{wl.name}|{settings.requests}|{settings.capacity_replays}|"
                     f"{wl.slo}|{settings.fingerprint}|{COST_KEYED}")
         self.cache = ReadingCache(settings.cache, self.key)
+        #: the binding p99 ITL bound and the configs' unloaded p99 ITLs it was set from
+        self.binding: tuple[float, list[float]] | None = None
+        if settings.binding_slo:
+            unloaded = [self.unloaded_itl(c) for c in self.configs()]
+            self.binding = (bound(unloaded), unloaded)
+            self.wl = replace(self.wl, slo=(self.wl.slo[0], self.binding[0]))
+            self.policy = self.search_policy("grid", BUDGET)
+            self.key += f"|binding {self.binding[0]:.6g}"
+            measured = self.cache.measured
+            self.cache = ReadingCache(settings.cache, self.key)
+            self.cache.measured = measured
 
     @property
     def measured(self) -> int:
         return self.cache.measured
+
+    def configs(self) -> list[TrialConfig]:
+        """The baseline and every config of the space."""
+        return [self.policy.baseline.config(), *self.policy.space.configs()]
+
+    def unloaded_itl(self, config: TrialConfig) -> float:
+        """``config``'s p99 ITL (ms) serving the workload's requests one at a time
+        (:func:`one_at_a_time`), measured once and cached."""
+        from autotune.slo import Slo
+
+        def measure() -> Reading:
+            check = one_at_a_time(self.backend, config, self.wl).slo_check(Slo())
+            return Reading(check.itl_p99_ms, True, {}, {"ttft_p99_ms": check.ttft_p99_ms})
+
+        return self.cache.read(f"{self.key}|{config.short()}|unloaded", measure)[0].value
 
     def search_policy(self, strategy: str, budget: int) -> Policy:
         """The policy a method searches with (``strategy``, ``budget`` trials)."""
@@ -161,8 +195,7 @@ class SimReader:
     def tables(self, seeds: int) -> list[Table[TrialConfig]]:
         """The oracle each seed is scored against: here one for all, every config and the
         baseline read ``--repeats`` times on the oracle's own replay seeds."""
-        configs = [self.policy.baseline.config(), *self.policy.space.configs()]
-        return [build_table(configs, self.read, self.settings)] * seeds
+        return [build_table(self.configs(), self.read, self.settings)] * seeds
 
     def read(self, config: TrialConfig, replay_seed: int) -> Reading:
         key = f"{self.key}|{config.short()}|{replay_seed}"

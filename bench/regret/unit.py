@@ -8,9 +8,10 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from bench.regret.binding import record
 from bench.regret.economy import (
     gpu_h_to,
         no_rate_trials,
@@ -56,7 +57,29 @@ def bench_unit(world: World, wl: Workload | None, settings: Settings) -> UnitRes
     else:
         assert wl is not None
         reader, seeds = SimReader(world, wl, settings), settings.seeds
+        if settings.binding_slo:
+            return _binding(reader, wl, settings, t0)
     return score_methods(reader, seeds, settings.methods, t0)
+
+
+def _binding(reader: SimReader, wl: Workload, settings: Settings, t0: float) -> UnitResult:
+    """A unit under its binding SLO (bench/regret/binding.py), with its ``binding`` record:
+    the throughput-best config is the oracle of the same readings under the workload's own
+    SLO, by capacity at any rate."""
+    assert reader.binding is not None
+    own = SimReader(reader.world, wl, replace(settings, binding_slo=False))
+    throughput_best, _ = own.tables(1)[0].oracle()
+    res = score_methods(reader, settings.seeds, settings.methods, t0)
+    table = reader.tables(1)[0]  # built already: every reading is cached
+    serves = table.mostly_feasible(throughput_best)
+    itl, unloaded = reader.binding
+    res.detail["binding"] = record(reader.world.name, itl, unloaded, throughput_best.short(),
+                                   serves)
+    res.lines.insert(1, f"  binding p99 ITL {itl:.1f} ms (unloaded p99 ITL best "
+                        f"{min(unloaded):.1f}, median {median(unloaded):.1f}); throughput-best "
+                        f"{throughput_best.short()} {'serves' if serves else 'FAILS'} the rate")
+    return replace(res, measured=res.measured + own.measured,
+                   seconds=time.perf_counter() - t0)
 
 
 def score_methods(reader: Reader, seeds: int, methods: Sequence[str], t0: float) -> UnitResult:
@@ -103,7 +126,8 @@ def score_methods(reader: Reader, seeds: int, methods: Sequence[str], t0: float)
                            "trials": [c.short() for c, _ in head], **race(head),
                            "no_rate_trials": no_rate_trials([c for c, _ in head],
                                                             table.meets_somewhere, default)}
-            _economy(row, table, run.trials, len(head), budgets.get(seed))
+            _economy(row, table, run.trials, len(head),
+                     budgets.get(seed) if method != "guided" else None)
             if method == "guided" and "gpu_h" in row:
                 budgets[seed] = row["gpu_h"]
             if any(t is not tables[0] for t in tables):  # the seed's own oracle and default
@@ -129,15 +153,16 @@ def score_methods(reader: Reader, seeds: int, methods: Sequence[str], t0: float)
 def _economy(row: RunRow, table: Table[TrialConfig], trials: Trials, head: int,
              budget: float | None) -> None:
     """Set ``row``'s cost keys (bench/regret/economy.py): its first ``head`` trials'
-    GPU-hours, the regret when it stops at ``budget`` GPU-hours (guided's on the seed), the
-    GPU-hours to 1% over all its ``trials``; none when a reading lacks its cost."""
+    GPU-hours, the regret when it stops at ``budget`` GPU-hours (guided's on the seed; None:
+    the row is guided's, whose budget is its own spend), the GPU-hours to 1% over all its
+    ``trials``; none when a reading lacks its cost."""
     spent = trial_gpu_h(trials)
     if spent is None:
         return
     row["trial_gpu_h"] = [round(g, 6) for g in spent[:head]]
     row["gpu_h"] = round(sum(spent[:head]), 6)
-    row["regret_at_gpu_h"] = (None if budget is None else
-                              table.regret(recommended(trials[:within_budget(spent, budget)])))
+    k = head if budget is None else within_budget(spent, budget)
+    row["regret_at_gpu_h"] = table.regret(recommended(trials[:k]))
     row["gpu_h_to_1pct"] = gpu_h_to(spent, lambda k: table.regret(recommended(trials[:k])))
 
 

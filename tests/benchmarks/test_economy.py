@@ -9,11 +9,13 @@ import math
 import pytest
 
 from autotune.cost import TrialCost
+from bench.regret.binding import RULE, bound, changed_winner, record
 from bench.regret.economy import gpu_h_to, no_rate_trials, trial_gpu_h, within_budget
 from bench.regret.oracle import Table
 from bench.regret.reading import Reading
 from bench.regret.records import Detail, Json, RunRow
-from bench.regret.report import checks, summarize
+from bench.regret.report import binding_lines, checks, result, summarize, tuned_on_lines
+from bench.regret.worlds import TUNED_ON
 
 
 def reading(value: float, *, start_s: float = 600.0, replay_s: float = 1800.0, gpus: int = 8,
@@ -111,3 +113,39 @@ def test_rows_recorded_before_cost_keep_the_old_summary_and_checks() -> None:
     assert "median_gpu_h" not in res["methods"]["guided"]
     assert "median_no_rate_trials" not in res["methods"]["guided"]
     assert len(checks("w", res, [_unit([old], [old])])) == 2
+
+
+def test_the_binding_bound_lies_halfway_from_the_best_unloaded_itl_to_the_median() -> None:
+    unloaded = [40.0, 10.0, 30.0, 20.0, 90.0]  # best 10, median 30
+    assert bound(unloaded) == pytest.approx(20.0)
+    assert sum(x <= bound(unloaded) for x in unloaded) == 2  # the rest meet it at no rate
+
+
+def test_the_units_where_the_slo_changes_the_winner_are_counted() -> None:
+    def bound_unit(workload: str, serves: bool) -> Detail:
+        unit = _unit([_row(0.0, 1.0, 0.0, 1.0, 0)], [_row(0.0, 1.0, 0.0, 1.0, 0)])
+        unit["workload"] = workload
+        unit["binding"] = record("w/d", 20.0, [10.0, 30.0], "n7-s128-b8192", serves)
+        return unit
+
+    units = [bound_unit("chat", False), bound_unit("code", True), bound_unit("math", False)]
+    assert changed_winner(units) == ["w/d chat", "w/d math"]
+    res = result({"w/d": units}, ["chat", "code", "math"], {"w/d": 1})
+    assert res.get("binding_slo") == {"rule": RULE, "units": 3, "throughput_best_fails": 2,
+                                      "which": ["w/d chat", "w/d math"]}
+    assert "fails the SLO at the rate to serve in 2 of 3 units (PASS at least half)" in (
+        binding_lines(res)[0])
+    plain = result({"w/d": [_unit([_row(0.0, 1.0, 0.0, 1.0, 0)],
+                                  [_row(0.0, 1.0, 0.0, 1.0, 0)])]}, ["chat"], {"w/d": 1})
+    assert "binding_slo" not in plain and binding_lines(plain) == []
+
+
+def test_a_world_the_search_was_not_tuned_on_is_marked_scored_once() -> None:
+    unit = _unit([_row(0.0, 1.0, 0.0, 1.0, 0)], [_row(0.0, 1.0, 0.0, 1.0, 0)])
+    tuned = TUNED_ON[0]
+    res = result({tuned: [unit], "new-node/dspark": [unit.copy()]},
+                 ["chat"], {tuned: 1, "new-node/dspark": 1})
+    assert res["worlds"][tuned]["tuned_on"] is True
+    assert res["worlds"]["new-node/dspark"]["tuned_on"] is False
+    assert res.get("tuned_on") == list(TUNED_ON)
+    assert tuned_on_lines([tuned, "new-node/dspark"])[1].endswith(": new-node/dspark")
