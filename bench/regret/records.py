@@ -72,15 +72,15 @@ class RunRow(TypedDict):
 
 class BindingRecord(TypedDict):
     """A unit's binding SLO (bench/regret/binding.py): the rule, the p99 ITL bound it gave and
-    the configs' unloaded p99 ITLs it was set from, and the throughput-best config (the oracle
-    under the workload's own SLO, by capacity at any rate) with whether it serves the rate
-    within the binding SLO."""
+    the configs' p99 ITLs at the rate to serve it was set from (best, median), and the
+    throughput-best config (the oracle under the workload's own SLO, by capacity at any rate)
+    with whether it serves the rate within the binding SLO."""
 
     world: str
     rule: str
     itl_p99_ms: float
-    unloaded_itl_p99_best_ms: float
-    unloaded_itl_p99_median_ms: float
+    itl_p99_at_rate_best_ms: float
+    itl_p99_at_rate_median_ms: float
     throughput_best: str
     throughput_best_serves: bool
 

@@ -59,7 +59,7 @@ def parser() -> argparse.ArgumentParser:
                         "always scored)")
     p.add_argument("--binding-slo", action="store_true",
                    help="score whether a config serves the workload's rate within an SLO whose "
-                        "p99 ITL bound is set between the configs' unloaded p99 ITLs "
+                        "p99 ITL bound is set between the configs' p99 ITLs at the rate to serve "
                         "(bench/regret/binding.py), not its capacity at any rate; simulated "
                         "worlds only")
     p.add_argument("--cache", help="JSON-lines file of readings (read, appended)")

@@ -26,7 +26,7 @@ from bench.regret.worlds import ServeKeys, World, WorldKeys, sim_worlds
 if TYPE_CHECKING:
     from autotune.backends import Backend
     from autotune.policy import Policy
-    from autotune.types import Measurement, TrialConfig
+    from autotune.types import Measurement, ReplaySchedule, TrialConfig
 
 #: A simulator profile of a local spec pair names its model ``local/spec-pair-<pair>``.
 LOCAL_PAIR = "local/spec-pair-"
@@ -89,9 +89,21 @@ def one_at_a_time(backend: Backend, config: TrialConfig, wl: Workload) -> Measur
     """``config`` serving ``wl``'s requests one at a time (closed loop, one in flight)."""
     from autotune.types import ReplaySchedule
 
+    return _replay(backend, config, ReplaySchedule(wl.requests, mode="closed", concurrency=1,
+                                                   seed=0))
+
+
+def at_the_rate(backend: Backend, config: TrialConfig, wl: Workload) -> Measurement:
+    """``config`` serving ``wl``'s requests as they arrive (the rate to serve)."""
+    from autotune.types import ReplaySchedule
+
+    return _replay(backend, config, ReplaySchedule(wl.requests, mode="trace", seed=0))
+
+
+def _replay(backend: Backend, config: TrialConfig, schedule: ReplaySchedule) -> Measurement:
     replica = backend.start(config)
     try:
-        return replica.replay(ReplaySchedule(wl.requests, mode="closed", concurrency=1, seed=0))
+        return replica.replay(schedule)
     finally:
         replica.stop()
 
@@ -157,11 +169,11 @@ class SimReader:
         self.key = (f"{world.name}|{wl.name}|{settings.requests}|{settings.capacity_replays}|"
                     f"{wl.slo}|{settings.fingerprint}|{COST_KEYED}")
         self.cache = ReadingCache(settings.cache, self.key)
-        #: the binding p99 ITL bound and the configs' unloaded p99 ITLs it was set from
+        #: the binding p99 ITL bound and the configs' p99 ITLs at the rate it was set from
         self.binding: tuple[float, list[float]] | None = None
         if settings.binding_slo:
-            unloaded = [self.unloaded_itl(c) for c in self.configs()]
-            self.binding = (bound(unloaded), unloaded)
+            at_rate = [self.itl_at_rate(c) for c in self.configs()]
+            self.binding = (bound(at_rate), at_rate)
             self.wl = replace(self.wl, slo=(self.wl.slo[0], self.binding[0]))
             self.policy = self.search_policy("grid", BUDGET)
             self.key += f"|binding {self.binding[0]:.6g}"
@@ -177,16 +189,16 @@ class SimReader:
         """The baseline and every config of the space."""
         return [self.policy.baseline.config(), *self.policy.space.configs()]
 
-    def unloaded_itl(self, config: TrialConfig) -> float:
-        """``config``'s p99 ITL (ms) serving the workload's requests one at a time
-        (:func:`one_at_a_time`), measured once and cached."""
+    def itl_at_rate(self, config: TrialConfig) -> float:
+        """``config``'s p99 ITL (ms) serving the workload's requests at the rate to serve
+        (:func:`at_the_rate`), measured once and cached."""
         from autotune.slo import Slo
 
         def measure() -> Reading:
-            check = one_at_a_time(self.backend, config, self.wl).slo_check(Slo())
+            check = at_the_rate(self.backend, config, self.wl).slo_check(Slo())
             return Reading(check.itl_p99_ms, True, {}, {"ttft_p99_ms": check.ttft_p99_ms})
 
-        return self.cache.read(f"{self.key}|{config.short()}|unloaded", measure)[0].value
+        return self.cache.read(f"{self.key}|{config.short()}|at-rate", measure)[0].value
 
     def search_policy(self, strategy: str, budget: int) -> Policy:
         """The policy a method searches with (``strategy``, ``budget`` trials)."""

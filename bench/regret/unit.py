@@ -72,11 +72,11 @@ def _binding(reader: SimReader, wl: Workload, settings: Settings, t0: float) -> 
     res = score_methods(reader, settings.seeds, settings.methods, t0)
     table = reader.tables(1)[0]  # built already: every reading is cached
     serves = table.mostly_feasible(throughput_best)
-    itl, unloaded = reader.binding
-    res.detail["binding"] = record(reader.world.name, itl, unloaded, throughput_best.short(),
+    itl, at_rate = reader.binding
+    res.detail["binding"] = record(reader.world.name, itl, at_rate, throughput_best.short(),
                                    serves)
-    res.lines.insert(1, f"  binding p99 ITL {itl:.1f} ms (unloaded p99 ITL best "
-                        f"{min(unloaded):.1f}, median {median(unloaded):.1f}); throughput-best "
+    res.lines.insert(1, f"  binding p99 ITL {itl:.1f} ms (p99 ITL at the rate best "
+                        f"{min(at_rate):.1f}, median {median(at_rate):.1f}); throughput-best "
                         f"{throughput_best.short()} {'serves' if serves else 'FAILS'} the rate")
     return replace(res, measured=res.measured + own.measured,
                    seconds=time.perf_counter() - t0)

@@ -115,10 +115,10 @@ def test_rows_recorded_before_cost_keep_the_old_summary_and_checks() -> None:
     assert len(checks("w", res, [_unit([old], [old])])) == 2
 
 
-def test_the_binding_bound_lies_halfway_from_the_best_unloaded_itl_to_the_median() -> None:
-    unloaded = [40.0, 10.0, 30.0, 20.0, 90.0]  # best 10, median 30
-    assert bound(unloaded) == pytest.approx(20.0)
-    assert sum(x <= bound(unloaded) for x in unloaded) == 2  # the rest meet it at no rate
+def test_the_binding_bound_lies_halfway_from_the_best_itl_at_the_rate_to_the_median() -> None:
+    at_rate = [40.0, 10.0, 30.0, 20.0, 90.0]  # best 10, median 30
+    assert bound(at_rate) == pytest.approx(20.0)
+    assert sum(x <= bound(at_rate) for x in at_rate) == 2  # the rest miss it at the rate
 
 
 def test_the_units_where_the_slo_changes_the_winner_are_counted() -> None:
