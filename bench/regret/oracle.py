@@ -126,11 +126,11 @@ def settle(table: Table[K], read: Callable[[K, int], Reading], *, within: float,
 
 
 def build_table(configs: Sequence[K], read: Callable[[K, int], Reading],
-                settings: Settings) -> Table[K]:
+                settings: Settings, *, binding: bool = False) -> Table[K]:
     """The exhaustive oracle of a simulated world: every config read ``settings.repeats`` times
     on the oracle's own replay seeds (1000 and up), the best ``refine`` read ``refine_repeats``
     times more, then :func:`settle`."""
-    table: Table[K] = Table(binding=settings.binding_slo)
+    table: Table[K] = Table(binding=binding)
     for c in configs:
         table.readings[c] = [read(c, 1000 + r) for r in range(settings.repeats)]
     top = sorted(configs, key=table.true_value, reverse=True)[: settings.refine]

@@ -74,13 +74,17 @@ class BindingRecord(TypedDict):
     """A unit's binding SLO (bench/regret/binding.py): the rule, the p99 ITL bound it gave and
     the configs' p99 ITLs at the rate to serve it was set from (best, median), and the
     throughput-best config (the oracle under the workload's own SLO, by capacity at any rate)
-    with whether it serves the rate within the binding SLO."""
+    with whether it serves the rate within the binding SLO. ``itl_p99_ms`` None: no config
+    kept up with the arrivals at the rate (``configs_keeping_up`` 0 of ``configs``), so the
+    unit kept the workload's own SLO."""
 
     world: str
     rule: str
-    itl_p99_ms: float
-    itl_p99_at_rate_best_ms: float
-    itl_p99_at_rate_median_ms: float
+    itl_p99_ms: float | None
+    configs_keeping_up: int
+    configs: int
+    itl_p99_at_rate_best_ms: float | None
+    itl_p99_at_rate_median_ms: float | None
     throughput_best: str
     throughput_best_serves: bool
 
@@ -135,12 +139,14 @@ class Summary(TypedDict):
 
 class BindingSummary(TypedDict):
     """Over the units scored under a binding SLO: the rule that set the bounds, how many units,
-    and those whose throughput-best config fails the SLO at the rate to serve."""
+    those whose throughput-best config fails the SLO at the rate to serve, and those where no
+    config kept up with the arrivals at the rate (no binding bound)."""
 
     rule: str
     units: int
     throughput_best_fails: int
     which: list[str]
+    out_of_reach: list[str]
 
 
 class Provenance(TypedDict):

@@ -14,7 +14,7 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 
-from bench.regret.binding import RULE, changed_winner
+from bench.regret.binding import RULE, changed_winner, out_of_reach
 from bench.regret.records import Detail, MethodSummary, Result, RunRow, Summary
 from bench.regret.settings import METHODS, SAID_LOSS
 from bench.regret.worlds import TUNED_ON
@@ -138,7 +138,8 @@ def result(by_world: Mapping[str, list[Detail]], order: Sequence[str],
     if bound:
         fails = changed_winner(bound)
         out["binding_slo"] = {"rule": RULE, "units": len(bound),
-                              "throughput_best_fails": len(fails), "which": fails}
+                              "throughput_best_fails": len(fails), "which": fails,
+                              "out_of_reach": out_of_reach(bound)}
     return out
 
 
@@ -157,4 +158,6 @@ def binding_lines(res: Result) -> list[str]:
     return [f"binding SLO ({b['rule']}): the throughput-best config fails the SLO at the rate "
             f"to serve in {b['throughput_best_fails']} of {b['units']} units "
             f"({'PASS' if 2 * b['throughput_best_fails'] >= b['units'] else 'FAIL'} at least "
-            f"half)" + (f": {', '.join(b['which'])}" if b["which"] else "")]
+            f"half)" + (f": {', '.join(b['which'])}" if b["which"] else "")
+            + (f"; no config keeps up with the rate (workload's own SLO kept) in "
+               f"{', '.join(b['out_of_reach'])}" if b.get("out_of_reach") else "")]

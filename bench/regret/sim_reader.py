@@ -10,12 +10,13 @@ workloads' SLOs were written for is held to them in its own time (:func:`dilatio
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench.regret.binding import bound
+from bench.regret.binding import bound, keeping_up
 from bench.regret.oracle import Table, build_table
 from bench.regret.reading import COST_KEYED, Reading, ReadingCache, reading_cost
 from bench.regret.records import Json
@@ -169,14 +170,18 @@ class SimReader:
         self.key = (f"{world.name}|{wl.name}|{settings.requests}|{settings.capacity_replays}|"
                     f"{wl.slo}|{settings.fingerprint}|{COST_KEYED}")
         self.cache = ReadingCache(settings.cache, self.key)
-        #: the binding p99 ITL bound and the configs' p99 ITLs at the rate it was set from
-        self.binding: tuple[float, list[float]] | None = None
+        #: the binding p99 ITL bound (None: no config keeps up at the rate) and the p99 ITLs at
+        #: the rate of the configs that keep up, which it was set from
+        self.binding: tuple[float | None, list[float]] | None = None
         if settings.binding_slo:
-            at_rate = [self.itl_at_rate(c) for c in self.configs()]
-            self.binding = (bound(at_rate), at_rate)
-            self.wl = replace(self.wl, slo=(self.wl.slo[0], self.binding[0]))
+            at_rate = [self.at_rate(c) for c in self.configs()]
+            itl = bound(at_rate, self.wl.slo[0])
+            self.binding = (itl, keeping_up(at_rate, self.wl.slo[0]))
+            if itl is None:
+                return
+            self.wl = replace(self.wl, slo=(self.wl.slo[0], itl))
             self.policy = self.search_policy("grid", BUDGET)
-            self.key += f"|binding {self.binding[0]:.6g}"
+            self.key += f"|binding {itl:.6g}"
             measured = self.cache.measured
             self.cache = ReadingCache(settings.cache, self.key)
             self.cache.measured = measured
@@ -189,16 +194,23 @@ class SimReader:
         """The baseline and every config of the space."""
         return [self.policy.baseline.config(), *self.policy.space.configs()]
 
-    def itl_at_rate(self, config: TrialConfig) -> float:
-        """``config``'s p99 ITL (ms) serving the workload's requests at the rate to serve
-        (:func:`at_the_rate`), measured once and cached."""
+    @property
+    def bound(self) -> bool:
+        """Scored under a binding SLO (``--binding-slo`` and some config keeps up)."""
+        return self.binding is not None and self.binding[0] is not None
+
+    def at_rate(self, config: TrialConfig) -> tuple[float, float]:
+        """``config``'s p99 ITL and p99 TTFT (ms) serving the workload's requests at the rate
+        to serve (:func:`at_the_rate`), measured once and cached."""
         from autotune.slo import Slo
 
         def measure() -> Reading:
             check = at_the_rate(self.backend, config, self.wl).slo_check(Slo())
             return Reading(check.itl_p99_ms, True, {}, {"ttft_p99_ms": check.ttft_p99_ms})
 
-        return self.cache.read(f"{self.key}|{config.short()}|at-rate", measure)[0].value
+        r = self.cache.read(f"{self.key}|{config.short()}|at-rate", measure)[0]
+        ttft = r.summary["ttft_p99_ms"]
+        return r.value, float(ttft) if isinstance(ttft, int | float) else math.inf
 
     def search_policy(self, strategy: str, budget: int) -> Policy:
         """The policy a method searches with (``strategy``, ``budget`` trials)."""
@@ -207,7 +219,7 @@ class SimReader:
     def tables(self, seeds: int) -> list[Table[TrialConfig]]:
         """The oracle each seed is scored against: here one for all, every config and the
         baseline read ``--repeats`` times on the oracle's own replay seeds."""
-        return [build_table(self.configs(), self.read, self.settings)] * seeds
+        return [build_table(self.configs(), self.read, self.settings, binding=self.bound)] * seeds
 
     def read(self, config: TrialConfig, replay_seed: int) -> Reading:
         key = f"{self.key}|{config.short()}|{replay_seed}"

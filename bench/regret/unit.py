@@ -72,12 +72,16 @@ def _binding(reader: SimReader, wl: Workload, settings: Settings, t0: float) -> 
     res = score_methods(reader, settings.seeds, settings.methods, t0)
     table = reader.tables(1)[0]  # built already: every reading is cached
     serves = table.mostly_feasible(throughput_best)
-    itl, at_rate = reader.binding
-    res.detail["binding"] = record(reader.world.name, itl, at_rate, throughput_best.short(),
-                                   serves)
-    res.lines.insert(1, f"  binding p99 ITL {itl:.1f} ms (p99 ITL at the rate best "
-                        f"{min(at_rate):.1f}, median {median(at_rate):.1f}); throughput-best "
-                        f"{throughput_best.short()} {'serves' if serves else 'FAILS'} the rate")
+    itl, kept = reader.binding
+    res.detail["binding"] = record(reader.world.name, itl, kept, len(reader.configs()),
+                                   throughput_best.short(), serves)
+    res.lines.insert(1, f"  binding p99 ITL {itl:.1f} ms (p99 ITL at the rate of the "
+                        f"{len(kept)} configs keeping up: best {min(kept):.1f}, median "
+                        f"{median(kept):.1f}); throughput-best {throughput_best.short()} "
+                        f"{'serves' if serves else 'FAILS'} the rate"
+                     if itl is not None else
+                     "  binding SLO: no config keeps up with the arrivals at the rate to "
+                     "serve: the workload's own SLO kept")
     return replace(res, measured=res.measured + own.measured,
                    seconds=time.perf_counter() - t0)
 

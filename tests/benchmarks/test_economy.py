@@ -9,7 +9,7 @@ import math
 import pytest
 
 from autotune.cost import TrialCost
-from bench.regret.binding import RULE, bound, changed_winner, record
+from bench.regret.binding import RULE, bound, changed_winner, keeping_up, record
 from bench.regret.economy import gpu_h_to, no_rate_trials, trial_gpu_h, within_budget
 from bench.regret.oracle import Table
 from bench.regret.reading import Reading
@@ -116,25 +116,33 @@ def test_rows_recorded_before_cost_keep_the_old_summary_and_checks() -> None:
 
 
 def test_the_binding_bound_lies_halfway_from_the_best_itl_at_the_rate_to_the_median() -> None:
-    at_rate = [40.0, 10.0, 30.0, 20.0, 90.0]  # best 10, median 30
-    assert bound(at_rate) == pytest.approx(20.0)
-    assert sum(x <= bound(at_rate) for x in at_rate) == 2  # the rest miss it at the rate
+    """Among the configs that keep up with the arrivals (their p99 TTFT meets its bound): a
+    config falling behind, however short its ITL, sets nothing."""
+    at_rate = [(40.0, 900.0), (10.0, 800.0), (30.0, 700.0), (20.0, 2900.0), (90.0, 100.0),
+               (1.0, 60000.0)]  # (p99 ITL, p99 TTFT); the last falls behind
+    assert keeping_up(at_rate, 3000.0) == [40.0, 10.0, 30.0, 20.0, 90.0]
+    assert bound(at_rate, 3000.0) == pytest.approx(20.0)  # best 10, median 30
+    assert bound(at_rate, 50.0) is None  # no config keeps up: no bound
 
 
 def test_the_units_where_the_slo_changes_the_winner_are_counted() -> None:
-    def bound_unit(workload: str, serves: bool) -> Detail:
+    def bound_unit(workload: str, serves: bool, itl: float | None = 20.0) -> Detail:
         unit = _unit([_row(0.0, 1.0, 0.0, 1.0, 0)], [_row(0.0, 1.0, 0.0, 1.0, 0)])
         unit["workload"] = workload
-        unit["binding"] = record("w/d", 20.0, [10.0, 30.0], "n7-s128-b8192", serves)
+        kept = [10.0, 30.0] if itl is not None else []
+        unit["binding"] = record("w/d", itl, kept, 25, "n7-s128-b8192", serves)
         return unit
 
-    units = [bound_unit("chat", False), bound_unit("code", True), bound_unit("math", False)]
+    units = [bound_unit("chat", False), bound_unit("code", True), bound_unit("math", False),
+             bound_unit("mixed", False, None)]
     assert changed_winner(units) == ["w/d chat", "w/d math"]
-    res = result({"w/d": units}, ["chat", "code", "math"], {"w/d": 1})
-    assert res.get("binding_slo") == {"rule": RULE, "units": 3, "throughput_best_fails": 2,
-                                      "which": ["w/d chat", "w/d math"]}
-    assert "fails the SLO at the rate to serve in 2 of 3 units (PASS at least half)" in (
-        binding_lines(res)[0])
+    res = result({"w/d": units}, ["chat", "code", "math", "mixed"], {"w/d": 1})
+    assert res.get("binding_slo") == {"rule": RULE, "units": 4, "throughput_best_fails": 2,
+                                      "which": ["w/d chat", "w/d math"],
+                                      "out_of_reach": ["w/d mixed"]}
+    line = binding_lines(res)[0]
+    assert "fails the SLO at the rate to serve in 2 of 4 units (PASS at least half)" in line
+    assert line.endswith("(workload's own SLO kept) in w/d mixed")
     plain = result({"w/d": [_unit([_row(0.0, 1.0, 0.0, 1.0, 0)],
                                   [_row(0.0, 1.0, 0.0, 1.0, 0)])]}, ["chat"], {"w/d": 1})
     assert "binding_slo" not in plain and binding_lines(plain) == []
