@@ -157,3 +157,26 @@ def test_a_world_the_search_was_not_tuned_on_is_marked_scored_once() -> None:
     assert res["worlds"]["new-node/dspark"]["tuned_on"] is False
     assert res.get("tuned_on") == list(TUNED_ON)
     assert tuned_on_lines([tuned, "new-node/dspark"])[1].endswith(": new-node/dspark")
+
+
+def test_a_run_stopped_at_guideds_gpu_hours_recommends_from_what_it_paid_for() -> None:
+    """TPE's run reads a weak config, then the best: at a budget that pays for its first trial
+    only it recommends the weak one; its GPU-hours to 1% are both trials'. autotune's own
+    recommendation step picks."""
+    from autotune.types import TrialConfig
+    from bench.regret.unit import _economy
+
+    weak, best = (TrialConfig(n, False, 32, 2048) for n in (1, 5))
+    table = Table({weak: [reading(5.0)] * 2, best: [reading(10.0)] * 2})
+    trials = [(weak, reading(5.0)), (best, reading(10.0))]
+    one = (600 + 1800) / 3600 * 8  # a trial's GPU-hours, start included
+    row = _row(0.0, 0.0, 0.0, 0.0, 0)
+    _economy(row, table, trials, 2, budget=one * 1.5)
+    assert row["trial_gpu_h"] == pytest.approx([one, one], abs=1e-6)
+    assert row["gpu_h"] == pytest.approx(2 * one, abs=1e-6)
+    assert row["regret_at_gpu_h"] == pytest.approx(0.5)
+    assert row["gpu_h_to_1pct"] == pytest.approx(2 * one)
+    _economy(row, table, trials, 2, budget=None)  # guided's own: its whole run
+    assert row["regret_at_gpu_h"] == 0.0
+    _economy(row, table, trials, 2, budget=one / 2)  # pays for nothing: no recommendation
+    assert row["regret_at_gpu_h"] == 1.0
