@@ -60,17 +60,20 @@ def changed_winner(units: Sequence[Detail]) -> list[str]:
     rate to serve; the binding record's world is the unit's."""
     return [f"{b['world']} {u['workload']}" for u in units
             if (b := u.get("binding")) is not None and b["itl_p99_ms"] is not None
-            and not b["throughput_best_serves"]]
+            and b.get("reachable", True) and not b["throughput_best_serves"]]
 
 
 def out_of_reach(units: Sequence[Detail]) -> list[str]:
-    """The units where no config kept up with the arrivals at the rate (no binding bound)."""
+    """The units where no config kept up with the arrivals at the rate (no binding bound), or
+    no config's capacity reading served the rate under the bound (scored by capacity at any
+    rate)."""
     return [f"{b['world']} {u['workload']}" for u in units
-            if (b := u.get("binding")) is not None and b["itl_p99_ms"] is None]
+            if (b := u.get("binding")) is not None
+            and (b["itl_p99_ms"] is None or not b.get("reachable", True))]
 
 
 def record(world: str, itl_bound: float | None, kept: Sequence[float], configs: int,
-           throughput_best: str, serves: bool) -> BindingRecord:
+           throughput_best: str, serves: bool, reachable: bool = True) -> BindingRecord:
     """A unit's binding record (``kept``: the p99 ITLs at the rate of the configs that kept
     up, of ``configs``)."""
     return {"world": world, "rule": RULE,
@@ -79,4 +82,5 @@ def record(world: str, itl_bound: float | None, kept: Sequence[float], configs: 
             "itl_p99_at_rate_best_ms": round(min(kept), 3) if kept else None,
             "itl_p99_at_rate_median_ms": (round(float(statistics.median(kept)), 3) if kept
                                           else None),
-            "throughput_best": throughput_best, "throughput_best_serves": serves}
+            "throughput_best": throughput_best, "throughput_best_serves": serves,
+            "reachable": reachable}

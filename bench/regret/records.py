@@ -76,7 +76,8 @@ class BindingRecord(TypedDict):
     throughput-best config (the oracle under the workload's own SLO, by capacity at any rate)
     with whether it serves the rate within the binding SLO. ``itl_p99_ms`` None: no config
     kept up with the arrivals at the rate (``configs_keeping_up`` 0 of ``configs``), so the
-    unit kept the workload's own SLO."""
+    unit kept the workload's own SLO; ``reachable`` False: no config's capacity reading served
+    the rate under the bound, so the unit was scored by capacity at any rate."""
 
     world: str
     rule: str
@@ -87,6 +88,7 @@ class BindingRecord(TypedDict):
     itl_p99_at_rate_median_ms: float | None
     throughput_best: str
     throughput_best_serves: bool
+    reachable: NotRequired[bool]
 
 
 class Detail(TypedDict):

@@ -159,5 +159,6 @@ def binding_lines(res: Result) -> list[str]:
             f"to serve in {b['throughput_best_fails']} of {b['units']} units "
             f"({'PASS' if 2 * b['throughput_best_fails'] >= b['units'] else 'FAIL'} at least "
             f"half)" + (f": {', '.join(b['which'])}" if b["which"] else "")
-            + (f"; no config keeps up with the rate (workload's own SLO kept) in "
-               f"{', '.join(b['out_of_reach'])}" if b.get("out_of_reach") else "")]
+            + (f"; the rate is out of reach (no config keeps up with it, or none's capacity "
+               f"serves it: scored by capacity at any rate) in {', '.join(b['out_of_reach'])}"
+               if b.get("out_of_reach") else "")]

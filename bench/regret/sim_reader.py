@@ -194,10 +194,15 @@ class SimReader:
         """The baseline and every config of the space."""
         return [self.policy.baseline.config(), *self.policy.space.configs()]
 
+    #: under a binding SLO, whether some config's capacity reading serves the rate (False:
+    #: none does, and the unit is scored by capacity at any rate)
+    reachable = True
+
     @property
     def bound(self) -> bool:
-        """Scored under a binding SLO (``--binding-slo`` and some config keeps up)."""
-        return self.binding is not None and self.binding[0] is not None
+        """Scored under a binding SLO: ``--binding-slo``, some config keeps up with the
+        arrivals at the rate and some config's capacity reading serves it."""
+        return self.binding is not None and self.binding[0] is not None and self.reachable
 
     def at_rate(self, config: TrialConfig) -> tuple[float, float]:
         """``config``'s p99 ITL and p99 TTFT (ms) serving the workload's requests at the rate

@@ -69,16 +69,21 @@ def _binding(reader: SimReader, wl: Workload, settings: Settings, t0: float) -> 
     assert reader.binding is not None
     own = SimReader(reader.world, wl, replace(settings, binding_slo=False))
     throughput_best, _ = own.tables(1)[0].oracle()
+    table = reader.tables(1)[0]
+    reachable = any(table.mostly_feasible(c) for c in table.readings)
+    if not reachable:  # no config's capacity reaches the rate: scored by capacity at any rate
+        reader.reachable = False
     res = score_methods(reader, settings.seeds, settings.methods, t0)
-    table = reader.tables(1)[0]  # built already: every reading is cached
     serves = table.mostly_feasible(throughput_best)
     itl, kept = reader.binding
     res.detail["binding"] = record(reader.world.name, itl, kept, len(reader.configs()),
-                                   throughput_best.short(), serves)
+                                   throughput_best.short(), serves, reachable)
     res.lines.insert(1, f"  binding p99 ITL {itl:.1f} ms (p99 ITL at the rate of the "
                         f"{len(kept)} configs keeping up: best {min(kept):.1f}, median "
                         f"{median(kept):.1f}); throughput-best {throughput_best.short()} "
                         f"{'serves' if serves else 'FAILS'} the rate"
+                        + ("" if reachable else "; no config's capacity reading serves the "
+                           "rate: scored by capacity at any rate")
                      if itl is not None else
                      "  binding SLO: no config keeps up with the arrivals at the rate to "
                      "serve: the workload's own SLO kept")

@@ -126,23 +126,25 @@ def test_the_binding_bound_lies_halfway_from_the_best_itl_at_the_rate_to_the_med
 
 
 def test_the_units_where_the_slo_changes_the_winner_are_counted() -> None:
-    def bound_unit(workload: str, serves: bool, itl: float | None = 20.0) -> Detail:
+    def bound_unit(workload: str, serves: bool, itl: float | None = 20.0,
+                   reachable: bool = True) -> Detail:
         unit = _unit([_row(0.0, 1.0, 0.0, 1.0, 0)], [_row(0.0, 1.0, 0.0, 1.0, 0)])
         unit["workload"] = workload
         kept = [10.0, 30.0] if itl is not None else []
-        unit["binding"] = record("w/d", itl, kept, 25, "n7-s128-b8192", serves)
+        unit["binding"] = record("w/d", itl, kept, 25, "n7-s128-b8192", serves, reachable)
         return unit
 
+    # mixed: no config keeps up at the rate; long: none's capacity serves it under the bound
     units = [bound_unit("chat", False), bound_unit("code", True), bound_unit("math", False),
-             bound_unit("mixed", False, None)]
+             bound_unit("mixed", False, None), bound_unit("long", False, 30.0, False)]
     assert changed_winner(units) == ["w/d chat", "w/d math"]
-    res = result({"w/d": units}, ["chat", "code", "math", "mixed"], {"w/d": 1})
-    assert res.get("binding_slo") == {"rule": RULE, "units": 4, "throughput_best_fails": 2,
+    res = result({"w/d": units}, ["chat", "code", "math", "mixed", "long"], {"w/d": 1})
+    assert res.get("binding_slo") == {"rule": RULE, "units": 5, "throughput_best_fails": 2,
                                       "which": ["w/d chat", "w/d math"],
-                                      "out_of_reach": ["w/d mixed"]}
+                                      "out_of_reach": ["w/d mixed", "w/d long"]}
     line = binding_lines(res)[0]
-    assert "fails the SLO at the rate to serve in 2 of 4 units (PASS at least half)" in line
-    assert line.endswith("(workload's own SLO kept) in w/d mixed")
+    assert "fails the SLO at the rate to serve in 2 of 5 units (FAIL at least half)" in line
+    assert line.endswith("scored by capacity at any rate) in w/d mixed, w/d long")
     plain = result({"w/d": [_unit([_row(0.0, 1.0, 0.0, 1.0, 0)],
                                   [_row(0.0, 1.0, 0.0, 1.0, 0)])]}, ["chat"], {"w/d": 1})
     assert "binding_slo" not in plain and binding_lines(plain) == []
