@@ -398,4 +398,6 @@ def pass_summary(path: Path, result: TuneResult) -> dict[str, Any]:
         })
     return {"sample": str(path), "run": result.run_id, "status": result.status,
             "tuned": tuned,
-            "skipped": [{"workload": n, "reason": why} for n, why in result.skipped]}
+            "skipped": [{"workload": n, "reason": why} for n, why in result.skipped],
+            "plan": result.plan.headline() if result.plan else None,
+            "plan_note": result.plan_note or None}

@@ -16,6 +16,7 @@ __all__ = [
     "ConfigError",
     "DependencyError",
     "ExportError",
+    "PlanError",
     "SearchError",
     "StoreError",
     "TrafficError",
@@ -79,6 +80,13 @@ class StoreError(AutotuneError, RuntimeError):
 
 class ExportError(AutotuneError, RuntimeError):
     """A recommendation could not be exported."""
+
+
+class PlanError(AutotuneError, ValueError):
+    """A capacity plan cannot be made from these inputs (a bad growth factor, headroom or peak
+    window, or a run with no workload a plan can size)."""
+
+    exit_code = 2
 
 
 class DependencyError(AutotuneError, ImportError):

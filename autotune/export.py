@@ -5,6 +5,11 @@
   "num_speculative_tokens": 5}``).
 - ``vllm-args``: the whole flag list (model, parallelism, speculative config, batching, the
   policy's extra args) of the measured recommended config, shell-quoted, one command line.
+- ``production-stack``: a values file for the vLLM production-stack Helm chart (``vllm-stack``):
+  one ``servingEngineSpec.modelSpec`` entry per workload of a capacity plan, with its
+  ``replicaCount`` and ``requestGPU``, the chart's ``vllmConfig`` fields (``tensorParallelSize``,
+  ``maxModelLen``, ``maxNumSeqs``) and the rest of the measured command line, the speculative
+  config included, in ``vllmConfig.extraArgs`` (:func:`production_stack_values`).
 - ``schedule``: the speculative config plus ``num_speculative_tokens_per_batch_size`` rows
   ``[start_bs, end_bs, K]`` (inclusive ranges from batch size 1 up to the recommended
   ``max_num_seqs``) when the run's trials show the best window shrinking as the batch grows
@@ -23,6 +28,7 @@ import re
 import shlex
 import tempfile
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +38,12 @@ from autotune.types import SPECULATIVE_CONFIG_KEYS
 
 __all__ = [
     "FORMATS",
+    "Deployment",
     "export_stem",
     "outputs_flagged",
     "outputs_reason",
     "pick_for_export",
+    "production_stack_values",
     "render",
     "requirements_note",
     "schedule_config",
@@ -45,7 +53,7 @@ __all__ = [
     "write_atomic",
 ]
 
-FORMATS = ("speculative-config", "vllm-args", "schedule")
+FORMATS = ("speculative-config", "vllm-args", "schedule", "production-stack")
 
 
 def speculative_config(rec: RecommendationRecord) -> dict[str, Any] | None:
@@ -204,8 +212,25 @@ def vllm_args(rec: RecommendationRecord) -> list[str]:
     return args
 
 
-def render(rec: RecommendationRecord, fmt: str) -> str:
-    """The text of one export format (with a trailing newline)."""
+@dataclass(frozen=True)
+class Deployment:
+    """A recommendation with the replicas a capacity plan gives it, and the plan's one-line
+    account of the count (which rate, which headroom, which run)."""
+
+    rec: RecommendationRecord
+    replicas: int
+    gpus_per_replica: int
+    why: str
+
+    def comment(self) -> str:
+        return (f"# replicas: {self.replicas} of this command ({self.gpus_per_replica} GPUs "
+                f"each, {self.replicas * self.gpus_per_replica} GPUs): "
+                + " ".join(self.why.split()))
+
+
+def render(rec: RecommendationRecord, fmt: str, deployment: Deployment | None = None) -> str:
+    """The text of one export format (with a trailing newline); ``deployment`` adds the
+    plan's replica count to ``vllm-args``."""
     if fmt == "speculative-config":
         spec = speculative_config(rec)
         if spec is None:
@@ -222,8 +247,83 @@ def render(rec: RecommendationRecord, fmt: str) -> str:
     if fmt == "vllm-args":
         note = " ".join(f"{rec.workload}: {requirements_note(rec, speculative_config(rec))}"
                         .split())  # one comment line, whatever the label or version hold
-        return f"# {note}\n" + shlex.join(vllm_args(rec)) + "\n"
+        count = f"{deployment.comment()}\n" if deployment is not None else ""
+        return f"# {note}\n{count}" + shlex.join(vllm_args(rec)) + "\n"
+    if fmt == "production-stack":
+        raise ExportError("production-stack values cover every workload of a capacity plan: "
+                          "autotune export --format production-stack [--run RUN], without "
+                          "--workload")
     raise ExportError(f"unknown export format {fmt!r}; known: {', '.join(FORMATS)}")
+
+
+#: The vllm-stack chart version whose documented fields ``production-stack`` writes
+#: (vllm-project/production-stack, helm/Chart.yaml and helm/values.schema.json).
+PRODUCTION_STACK_CHART = "vllm-stack 0.1.12"
+_IMAGE = ("vllm/vllm-openai", "latest")
+_NOT_DNS = re.compile(r"[^a-z0-9-]+")
+
+
+def _release_name(workload: str, taken: set[str]) -> str:
+    """A modelSpec name Kubernetes takes in resource names (lowercase letters, digits, ``-``),
+    unique among the entries."""
+    base = _NOT_DNS.sub("-", workload.lower()).strip("-")[:40] or "workload"
+    name, i = base, 2
+    while name in taken:
+        name, i = f"{base}-{i}", i + 1
+    taken.add(name)
+    return name
+
+
+def _stack_entry(d: Deployment, name: str) -> dict[str, Any]:
+    rec, serve, config = d.rec, d.rec.serve, d.rec.trial_config
+    if not serve.get("model"):
+        raise ExportError(f"recommendation for {rec.workload!r} has no serve.model; it "
+                          "was stored without its policy's serve section")
+    measured = rec.provenance.get("vllm_version")
+    vllm_config: dict[str, Any] = {}
+    if serve.get("tensor_parallel_size"):
+        vllm_config["tensorParallelSize"] = int(serve["tensor_parallel_size"])
+    if serve.get("max_model_len"):
+        vllm_config["maxModelLen"] = int(serve["max_model_len"])
+    vllm_config["maxNumSeqs"] = config.max_num_seqs
+    # the chart passes --no-enable-prefix-caching unless this is set; vLLM's default (what the
+    # trials ran with) is on
+    vllm_config["enablePrefixCaching"] = True
+    extra = ["--max-num-batched-tokens", str(config.max_num_batched_tokens)]
+    spec = speculative_config(rec)
+    if spec:
+        extra += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
+    extra += [str(a) for a in serve.get("extra_args", [])]
+    vllm_config["extraArgs"] = extra
+    return {"name": name, "repository": _IMAGE[0],
+            "tag": f"v{measured}" if measured else _IMAGE[1],
+            "modelURL": str(serve["model"]), "replicaCount": d.replicas,
+            "requestGPU": d.gpus_per_replica, "vllmConfig": vllm_config}
+
+
+def production_stack_values(deployments: Sequence[Deployment],
+                            left_out: Sequence[tuple[str, str]] = (), header: str = "") -> str:
+    """A values file for the vLLM production-stack chart: one ``servingEngineSpec.modelSpec``
+    entry per deployment (see the module doc); ``left_out`` (workload, why) and ``header``
+    become comment lines."""
+    import yaml
+
+    if not deployments:
+        why = "; ".join(f"{w}: {r}" for w, r in left_out) or "no workload"
+        raise ExportError(f"no workload to deploy ({why})")
+    taken: set[str] = set()
+    entries = [_stack_entry(d, _release_name(d.rec.workload, taken)) for d in deployments]
+    lines = [f"# vLLM production-stack values ({PRODUCTION_STACK_CHART}), written by autotune"]
+    lines += [f"# {' '.join(line.split())}" for line in header.splitlines() if line.strip()]
+    for d, entry in zip(deployments, entries, strict=True):
+        lines.append(f"# {entry['name']}: workload {d.rec.workload!r}, recommendation #"
+                     f"{d.rec.id} ({d.rec.status}); {' '.join(d.why.split())}; "
+                     + " ".join(requirements_note(d.rec, speculative_config(d.rec)).split()))
+    for workload, why in left_out:
+        lines.append(f"# left out: {workload!r}: {' '.join(why.split())}")
+    body = yaml.safe_dump({"servingEngineSpec": {"modelSpec": entries}}, sort_keys=False,
+                          width=1000)
+    return "\n".join(lines) + "\n" + body
 
 
 _UNSAFE_IN_NAME = re.compile(r"[^A-Za-z0-9._-]+")

@@ -30,6 +30,8 @@ from autotune.types import (
 )
 
 __all__ = [
+    "DEFAULT_GPU_HOURS",
+    "DEFAULT_PEAK_WINDOW_S",
     "DEFAULT_POLICY_PATH",
     "Policy",
     "load_policy",
@@ -215,10 +217,25 @@ def parse_duration(text: str | float | int) -> float:
     return seconds
 
 
+#: The default GPU-hour budget of a pass (docs/policies.md, "Budget"): one 8-GPU node for
+#: the eight hours of a night.
+DEFAULT_GPU_HOURS = 64.0
+
+
 class Budget(_Model):
+    """How much a pass may spend, in the units of real replicas on every backend."""
+
     trials: int = Field(default=12, ge=1, le=100_000,
                         description="Trials per workload, baseline included.")
-    wall_clock: str = Field(default="2h", description="Wall-clock budget per run (e.g. 2h).")
+    gpu_hours: float | None = Field(
+        default=DEFAULT_GPU_HOURS, gt=0,
+        description="GPU-hours a pass may spend (server starts plus replayed traffic, times "
+                    "the GPUs of a replica; the simulator charges what real replicas would). "
+                    "Default: one 8-GPU node for a night's 8 hours. null: no GPU-hour limit.")
+    wall_clock: str = Field(
+        default="8h",
+        description="Replica-time budget per run (e.g. 8h): the busiest replica's time, "
+                    "simulated seconds on the simulator, and at least the real time elapsed.")
     max_retries: int = Field(default=2, ge=0, description="Retries of a trial whose replica died.")
 
     @field_validator("wall_clock")
@@ -302,6 +319,11 @@ class Sim(_Model):
                          description="Hardware+model profile of the simulator.")
     drafter: str = Field(default="dspark",
                          description="Simulated drafter: dspark, eagle3-mla or none.")
+    reserve_gpus: bool = Field(
+        default=False,
+        description="On Ray, each simulator replica reserves serve.gpus_per_replica GPUs on one "
+                    "node, as a vllm replica does (a dry run of a real pass's placement; "
+                    "docs/ray.md); false: one CPU each.")
 
 
 class Hardware(_Model):
@@ -326,6 +348,54 @@ class Search(_Model):
         description="guided: stop when the predicted remaining gain is below this.")
 
 
+#: The peak window of a plan when the policy sets none (see ``plan.peak_window``).
+DEFAULT_PEAK_WINDOW_S = 300.0
+
+
+class PlanPolicy(_Model):
+    """How the capacity plan sizes a deployment from the measured capacities (docs/plan.md)."""
+
+    peak_window: str | None = Field(
+        default=None,
+        description="The plan serves the sample's busiest window of this length (e.g. 5m). "
+                    "Default: 5m, about the time a Kimi-class replica takes to start, so a "
+                    "busier stretch than that must be served by replicas already running; a "
+                    "sample shorter than 5m is then planned at its mean rate, and the plan "
+                    "says so. Set explicitly, it must not exceed the sample's span.")
+    headroom: float = Field(
+        default=0.1, gt=0,
+        description="Planned rate per replica at most capacity / (1 + headroom): 0.1 covers "
+                    "the capacity reading's resolution (2%) and the replay-to-replay noise "
+                    "(a few %); bursts are covered by the peak window, not by headroom.")
+    growth: list[float] = Field(
+        default_factory=lambda: [1.0, 2.0, 4.0],
+        description="Traffic growth factors the plan sizes for (rate x k).")
+    measure_shared: bool = Field(
+        default=True,
+        description="At the end of a pass, read the mixed sample (every workload's requests "
+                    "together) at capacity on each workload's recommended config, for the "
+                    "split-or-shared comparison.")
+
+    @field_validator("peak_window")
+    @classmethod
+    def _window(cls, v: str | None) -> str | None:
+        if v is not None:
+            parse_duration(v)
+        return v
+
+    @field_validator("growth")
+    @classmethod
+    def _growth(cls, v: list[float]) -> list[float]:
+        if not v or any(not k > 0 for k in v):
+            raise ValueError(f"growth factors must be positive numbers, got {v}")
+        return v
+
+    @property
+    def peak_window_s(self) -> float | None:
+        """The window set (seconds), or None for the default (:data:`DEFAULT_PEAK_WINDOW_S`)."""
+        return parse_duration(self.peak_window) if self.peak_window is not None else None
+
+
 class Policy(_Model):
     """A whole tuning policy (every key: docs/policies.md)."""
 
@@ -347,6 +417,8 @@ class Policy(_Model):
     search: Search = Field(default_factory=Search, description="How configs are searched.")
     outputs: Outputs = Field(default_factory=Outputs,
                              description="Outputs checked against the baseline (real engines).")
+    plan: PlanPolicy = Field(default_factory=PlanPolicy,
+                       description="How the capacity plan sizes a deployment.")
 
     @model_validator(mode="after")
     def _windows_within_block(self) -> Policy:
@@ -357,6 +429,11 @@ class Policy(_Model):
                 f"space.num_speculative_tokens: {too_wide} exceed serve.draft_block_size "
                 f"({block})")
         return self
+
+    @property
+    def gpus_per_replica(self) -> int:
+        """GPUs one replica occupies: ``hardware.count``, else ``serve.gpus_per_replica``."""
+        return self.hardware.count or self.serve.gpus_per_replica
 
     def sha256(self) -> str:
         """Hash of the canonical policy (what provenance records)."""

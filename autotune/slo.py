@@ -35,9 +35,9 @@ if TYPE_CHECKING:  # numpy is imported where arrays are judged: read-only comman
     FloatArray = npt.NDArray[np.float64]
     BoolArray = npt.NDArray[np.bool_]
 
-__all__ = ["KEPT_UP", "MAX_SCALE", "MIN_SCALE", "P99_CONFIDENCE", "Slo", "SloCheck", "SloVerdict",
-           "itl_independent_gaps", "margin_from_summary", "p99_interval_ms", "quantile_ms",
-           "values_to_bound"]
+__all__ = ["KEPT_UP", "MAX_SCALE", "MIN_SCALE", "P99_CONFIDENCE", "RESOLUTION", "Slo", "SloCheck",
+           "SloVerdict", "itl_independent_gaps", "margin_from_summary", "p99_interval_ms",
+           "quantile_ms", "values_to_bound"]
 
 #: The percentile the SLO bounds (as a fraction).
 SLO_QUANTILE = 0.99
@@ -49,6 +49,11 @@ KEPT_UP = 0.95
 #: Bounds of a capacity reading's arrival scale (the multiple of the sample's rate replayed),
 #: shared by the capacity search and the predictor that forecasts its reading.
 MIN_SCALE, MAX_SCALE = 1 / 64, 64.0
+
+#: The capacity search stops refining once the highest rate met and the lowest missed are
+#: within this fraction of each other (so a capacity lies within this fraction above the rate
+#: it kept, when the rate above was not read).
+RESOLUTION = 0.02
 
 
 #: One-sided confidence of a verdict: *met* says the p99 is within its bound, *missed* that it is

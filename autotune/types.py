@@ -139,10 +139,10 @@ class ReplaySchedule:
     trial: replay the trace at several rates (``time_scale``) on the same replica and keep the
     highest rate whose p99 TTFT and p99 ITL meet this SLO (DistServe's goodput). Without it the
     trace is replayed once, at ``time_scale``. ``capacity_hint``: where the strategy that chose
-    the config expects its capacity (None: no expectation). ``capacity_window_s``: replica
-    seconds of arrivals one capacity reading replays (a slice of ``requests``; None: all).
-    ``output_check``: prompts the trial decodes greedily after its replay (None: no check; a
-    backend without tokens ignores it).
+    the config expects its capacity (None: no expectation). ``output_check``: prompts the
+    trial decodes greedily after its replay (None: no check; a backend without tokens ignores
+    it). ``capacity_window_s``: replica seconds of arrivals one capacity reading replays (a
+    slice of ``requests``; None: all).
     """
 
     requests: Iterable[Request]
@@ -154,8 +154,8 @@ class ReplaySchedule:
     label: str = ""
     capacity_slo: Slo | None = None
     capacity_hint: CapacityHint | None = None
-    capacity_window_s: float | None = None
     output_check: OutputCheck | None = None
+    capacity_window_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True, order=True)

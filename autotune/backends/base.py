@@ -12,6 +12,11 @@ and returns a :class:`~autotune.types.Measurement`; ``stop`` releases it. The co
   asks it to decode the schedule's :class:`~autotune.types.OutputCheck` greedily after the
   replay (docs/outputs.md); a backend without tokens (the simulator) does not, and its trials
   are "not checked". Such a backend says ``decodes_tokens = True`` (:func:`decodes_tokens`).
+- ``start_s`` is what starting it cost, in the replica's clock (seconds from launch to a server
+  ready to serve: measured on real engines, the profile's stated figure on the simulator; 0 for
+  a server autotune did not start), and ``start_source`` says where that figure comes from.
+  A replica may replay several schedules, for several trials of the same config: the start is
+  paid once (:mod:`autotune.cost`).
 - Backends never read the search's state or the store; the search never reads a backend's
   internals (the simulator's hidden acceptance truth stays inside ``backends/sim``).
 """
@@ -37,6 +42,8 @@ class Replica(Protocol):
     """One running server (or simulated server) with a fixed trial config."""
 
     config: TrialConfig
+    start_s: float
+    start_source: str
 
     def replay(self, schedule: ReplaySchedule, progress: Progress | None = None) -> Measurement:
         """Replay ``schedule`` and measure it."""

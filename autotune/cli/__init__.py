@@ -24,6 +24,7 @@ from autotune.cli._common import (
     _open_store,
     _wide_option,
 )
+from autotune.cli.plan import plan as plan_command
 from autotune.cli.sim import sim as sim_group
 
 DEFAULT_STATE_FILE = Path("storage/daemon.json")
@@ -79,7 +80,8 @@ def _tuning_flags(f: F) -> F:
                      help="Where the speculative-config exports are written."),
         click.option("--replicas", type=click.IntRange(min=1), default=None, metavar="N",
                      help="Replicas running trials in parallel (default: sim, the local cores; "
-                          "vllm, as many as the Ray cluster holds). 1 sim replica without "
+                          "vllm, or sim with policy sim.reserve_gpus, as many as the Ray cluster "
+                          "holds). 1 sim replica without "
                           "--ray-address runs in this process, without Ray."),
         click.option("--ray-address", default=None, metavar="auto|HOST:PORT",
                      callback=_ray_address,
@@ -328,7 +330,7 @@ def runs(db: str | None, fmt: str, limit: int | None, wide: bool) -> None:
     from autotune.ui import print_json, print_table, runs_table
 
     rows = _open_store(db, read_only=True).runs(limit)
-    print_json(rows) if fmt == "json" else print_table(runs_table(rows, wide=wide), wide=wide)
+    print_json(rows) if fmt == "json" else print_table(*runs_table(rows, wide=wide), wide=wide)
 
 
 @cli.command()
@@ -387,34 +389,44 @@ def recommendations(workload: str | None, history: bool, db: str | None, fmt: st
 
 
 @cli.command()
-@click.option("--workload", required=True, help="Workload whose active recommendation to export.")
+@click.option("--workload", default=None,
+              help="Workload whose active recommendation to export (every format but "
+                   "production-stack, which covers every workload of a run's plan).")
 @click.option("--format", "fmt", type=click.Choice(["speculative-config", "vllm-args",
-                                                     "schedule"]),
+                                                     "schedule", "production-stack"]),
               default="speculative-config", show_default=True,
-              help="speculative-config JSON, the full vllm serve flags, or a window schedule.")
+              help="speculative-config JSON, the full vllm serve flags (with the plan's "
+                   "replica count), a window schedule, or production-stack Helm values.")
+@click.option("--run", "run_id", default=None,
+              help="production-stack: the run whose plan to deploy (default: the newest "
+                   "finished run).")
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
               help="Write to this file (atomically) instead of stdout.")
 @click.option("--force", is_flag=True,
               help="Export even when the workload's newest result is infeasible or its "
                    "outputs are flagged.")
 @_db_option
-def export(workload: str, fmt: str, output: Path | None, force: bool, db: str | None) -> None:
+def export(workload: str | None, fmt: str, run_id: str | None, output: Path | None,
+           force: bool, db: str | None) -> None:
     """Export the active recommendation exactly as `vllm serve` takes it.
 
     A workload whose newest result is infeasible (no config measured serves its traffic within
     the SLO), or whose outputs differ from the baseline's beyond the engine's numerics
-    (flagged, docs/outputs.md), is refused with the reason, unless --force. Which vLLM build
-    the keys need is said on stderr (and in a comment line of --format vllm-args).
+    (flagged, docs/outputs.md), is refused with the reason, unless --force, or (infeasible
+    only) unless its run's capacity plan gives it the replicas it needs. Which vLLM build the
+    keys need is said on stderr (and in a comment line of --format vllm-args, with the plan's
+    replica count).
 
     \b
     Example:
       autotune export --workload code --format vllm-args
+      autotune export --format production-stack -o values.yaml   # helm install -f values.yaml
       vllm serve moonshotai/Kimi-K2.6 --speculative-config "$(autotune export --workload code)"
     """
+    from autotune.cli.plan import export_production_stack, pick_exported
     from autotune.export import (
         outputs_flagged,
         outputs_reason,
-        pick_for_export,
         render,
         requirements_note,
         schedule_note,
@@ -423,26 +435,27 @@ def export(workload: str, fmt: str, output: Path | None, force: bool, db: str | 
     )
 
     store = _open_store(db, read_only=True)
-    history = store.recommendations(workload, history=True)
-    if not history:
-        known = sorted({r.workload for r in store.recommendations(history=True)})
-        hint = f"workloads with recommendations: {', '.join(known)}" if known else \
-            "no recommendations yet; run: autotune start --traffic SAMPLE --once"
-        raise click.BadParameter(f"no recommendation for {workload!r}; {hint}",
-                                 param_hint="--workload")
-    rec = pick_for_export(history, store.active_recommendation(workload), workload,
-                          force=force)
-    if rec.status == "infeasible":
-        click.echo(f"warning: exporting infeasible #{rec.id} (--force): {rec.reason}", err=True)
-    if outputs_flagged(rec):
-        click.echo(f"warning: exporting #{rec.id}, whose outputs are flagged (--force): "
-                   f"{outputs_reason(rec)}", err=True)
-    text = render(rec, fmt)
-    note = schedule_note(rec) if fmt == "schedule" else None
-    if note:
-        click.echo(f"note: {note}", err=True)
-    if fmt != "vllm-args":
-        click.echo(f"note: {requirements_note(rec, speculative_config(rec))}", err=True)
+    if fmt == "production-stack":
+        if workload is not None:
+            raise click.BadParameter("production-stack values cover every workload of a "
+                                     "run's plan; leave out --workload (--run picks the run)",
+                                     param_hint="--workload")
+        text = export_production_stack(store, run_id)
+    else:
+        if workload is None:
+            raise click.BadParameter(f"--format {fmt} exports one workload's recommendation: "
+                                     "give --workload", param_hint="--workload")
+        rec, deployment = pick_exported(store, workload, force=force,
+                                        with_plan=fmt == "vllm-args")
+        if outputs_flagged(rec):
+            click.echo(f"warning: exporting #{rec.id}, whose outputs are flagged (--force): "
+                       f"{outputs_reason(rec)}", err=True)
+        text = render(rec, fmt, deployment)
+        note = schedule_note(rec) if fmt == "schedule" else None
+        if note:
+            click.echo(f"note: {note}", err=True)
+        if fmt != "vllm-args":
+            click.echo(f"note: {requirements_note(rec, speculative_config(rec))}", err=True)
     if output is None:
         sys.stdout.write(text)
     else:
@@ -569,6 +582,7 @@ def db_upgrade(db: str | None) -> None:
 
 
 cli.add_command(sim_group)
+cli.add_command(plan_command)
 
 
 def main() -> None:

@@ -56,15 +56,11 @@ from typing import NamedTuple
 
 from autotune.backends import Replica
 from autotune.orchestrate.capacity_window import SETTLE_LIFETIMES, settle_margin, window_requests
-from autotune.slo import KEPT_UP, MAX_SCALE, MIN_SCALE, values_to_bound
+from autotune.slo import KEPT_UP, MAX_SCALE, MIN_SCALE, RESOLUTION, values_to_bound
 from autotune.types import CapacityHint, Measurement, Progress, ReplaySchedule, Request, Slo
 
 __all__ = ["KEPT_UP", "MAX_SCALE", "MIN_SCALE", "RESOLUTION", "kept_up", "replay_at_capacity",
            "replay_margin"]
-
-#: The capacity search stops refining once the highest rate met and the lowest missed are
-#: within this fraction of each other.
-RESOLUTION = 0.02
 
 #: :func:`replay_margin` of a replay that missed the SLO by failed requests, not by a p99.
 FAILED_MARGIN = math.log(2.0)
@@ -216,7 +212,8 @@ def _tag(scale: float, readings: list[tuple[float, _Replay]], feasible: bool,
     not read it) measured: ``target_*`` p99s, failures and keeping up, which say by how much a
     config misses the SLO at the rate it must serve; and with every reading's decode
     aggregates, cost and size (``replay{i}_*``, numbered as in ``readings``): the same replica
-    at several loads profiles its step time at several batch sizes."""
+    at several loads profiles its step time at several batch sizes, and its tail at several
+    rates (:mod:`autotune.predict.tail`)."""
     m = kept.measurement
     verdict = slo.verdict(m.ok, m.ttft_s, m.itl_s, m.duration_s)
     extra: dict[str, float] = {
@@ -236,9 +233,12 @@ def _tag(scale: float, readings: list[tuple[float, _Replay]], feasible: bool,
     for i, (s, replayed) in enumerate(readings):
         r = replayed.measurement
         decode, tokens, span = r.decode_totals()
+        p99 = r.slo_check(slo)
         extra.update({f"replay{i}_scale": s, f"replay{i}_decode_time_s": decode,
                       f"replay{i}_decode_tokens": tokens, f"replay{i}_duration_s": span,
-                      f"replay{i}_busy_s": r.busy_s, f"replay{i}_requests": float(r.requests)})
+                      f"replay{i}_busy_s": r.busy_s, f"replay{i}_requests": float(r.requests),
+                      f"replay{i}_itl_p99_ms": p99.itl_p99_ms,
+                      f"replay{i}_ttft_p99_ms": p99.ttft_p99_ms})
     return replace(m, extra=extra)
 
 

@@ -23,6 +23,8 @@ class _PacedReplica:
     def __init__(self, inner: Replica, until: float) -> None:
         self.inner = inner
         self.config = inner.config
+        self.start_s = inner.start_s
+        self.start_source = inner.start_source
         self._until = until
         self._stopped = False
 

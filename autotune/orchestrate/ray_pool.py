@@ -17,14 +17,16 @@ otherwise a :class:`RayPool`. Opening a :class:`RayPool`
    seed)``; for GPU replicas ``CUDA_VISIBLE_DEVICES`` is set to the GPUs Ray assigned to the
    actor.
 
-Dispatch keeps at most one trial per replica; ``wait`` returns whichever finishes first
-(``ray.wait``). When a replica's actor dies mid-trial (killed, OOM, node lost: any Ray error
-other than an exception raised by the trial itself), its trial is queued again, preferring
-another replica, up to ``max_retries`` times, then returned failed with the reason and its
-``attempts``. The dead replica is replaced by a fresh actor in the same placement group, or
-drained (removed with its placement group) after ``drain_after`` deaths; the pass goes on with
-the others. When every replica is drained, outstanding trials fail and ``capacity`` raises
-BackendError.
+Dispatch keeps at most one trial per replica, preferring an idle replica whose server already
+serves the trial's config (each actor keeps its last server running,
+:mod:`~autotune.orchestrate.servers`, so a config several workloads read starts once);
+``wait`` returns whichever finishes first (``ray.wait``). When a replica's actor dies
+mid-trial (killed, OOM, node lost: any Ray error other than an exception raised by the trial
+itself), its trial is queued again, preferring another replica, up to ``max_retries`` times,
+then returned failed with the reason and its ``attempts``. The dead replica is replaced by a
+fresh actor in the same placement group, or drained (removed with its placement group) after
+``drain_after`` deaths; the pass goes on with the others. When every replica is drained,
+outstanding trials fail and ``capacity`` raises BackendError.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ from autotune.orchestrate.placement import (
 from autotune.orchestrate.pool import Pool, SerialPool, TrialResult, TrialTask, run_trial
 from autotune.orchestrate.processes import process_running
 from autotune.orchestrate.ray_join import connect, import_ray, local_cores
+from autotune.orchestrate.servers import Servers
 from autotune.orchestrate.signals import signals_held
 from autotune.types import Progress, ServeSpec
 
@@ -71,10 +74,12 @@ log = logging.getLogger(__name__)
 class RaySettings:
     """How a pass runs its replicas.
 
-    ``replicas`` None means the default: for ``sim`` the local core count, for ``vllm`` as many
-    as the cluster holds (``1`` when ``serve.gpus_per_replica`` is 0). ``address`` None: join
-    ``$RAY_ADDRESS`` if set, else start a local Ray for the pass. ``min_trial_s`` paces every
-    trial to take at least that long (tests and benchmarks of the simulator).
+    ``replicas`` None means the default: for replicas that reserve GPUs as many as the
+    cluster holds, else the local core count for ``sim`` and ``1`` for ``vllm`` with
+    ``serve.gpus_per_replica`` 0. ``sim_reserves_gpus`` (policy ``sim.reserve_gpus``) gives each
+    ``sim`` replica the GPUs of a ``vllm`` one. ``address`` None: join ``$RAY_ADDRESS`` if set,
+    else start a local Ray for the pass. ``min_trial_s`` paces every trial to take at least
+    that long (tests and benchmarks of the simulator).
     """
 
     kind: str
@@ -84,24 +89,29 @@ class RaySettings:
     replicas: int | None = None
     address: str | None = None
     cpus_per_replica: float = 1.0
+    sim_reserves_gpus: bool = False
     max_retries: int = 2
     drain_after: int = 2
     ready_timeout_s: float = 120.0
     min_trial_s: float = 0.0
 
 
+def _shape(s: RaySettings) -> ReplicaShape:
+    return replica_shape(s.kind, s.serve, s.cpus_per_replica, s.sim_reserves_gpus)
+
+
 def _replicas_without_cluster(s: RaySettings) -> int | None:
     """The replica count known before asking a cluster (None: as many as it holds)."""
     if s.replicas is not None:
         return s.replicas
-    if s.kind == "sim":
-        return local_cores()
-    return 1 if s.serve.gpus_per_replica == 0 else None
+    if _shape(s).gpus > 0:
+        return None
+    return local_cores() if s.kind == "sim" else 1
 
 
 def uses_ray(s: RaySettings) -> bool:
     """False when the pass runs in this process: one CPU-only replica and no Ray address."""
-    cpu_only = s.kind == "sim" or s.serve.gpus_per_replica == 0
+    cpu_only = _shape(s).gpus == 0
     return not (s.address is None and cpu_only and _replicas_without_cluster(s) == 1)
 
 
@@ -109,7 +119,8 @@ def open_pool(s: RaySettings, backend: Backend, progress: Progress | None = None
     """The pool a pass runs on: a SerialPool on ``backend`` when Ray is not needed (see
     :func:`uses_ray`), else a :class:`RayPool` (whose actors build their own backends)."""
     if not uses_ray(s):
-        return SerialPool(paced(backend, s.min_trial_s), progress=progress)
+        return SerialPool(paced(backend, s.min_trial_s), progress=progress,
+                          reuse=s.min_trial_s == 0)
     return RayPool.open(s)
 
 
@@ -147,7 +158,8 @@ class ReplicaWorker:
         gpu_ids = [str(g) for g in ray.get_gpu_ids()]
         if gpu_ids:
             serve = _with_gpus(serve, gpu_ids)
-        self._backend = paced(create_backend(kind, serve, dict(options), seed), min_trial_s)
+        backend = paced(create_backend(kind, serve, dict(options), seed), min_trial_s)
+        self._servers = Servers(backend, reuse=min_trial_s == 0)
         self._info: dict[str, Any] = {
             "replica": replica_id,
             "node": socket.gethostname(),
@@ -168,13 +180,18 @@ class ReplicaWorker:
         t0 = time.monotonic()
         replica, node = self._info["replica"], self._info["node"]
         try:
-            m = run_trial(self._backend, task.config, task.schedule)
+            m = run_trial(self._servers, task.config, task.schedule)
         except AutotuneError as e:
             log.warning("trial %s failed on %s: %s", task.key, replica, e)
             return TrialResult(task.key, None, error=str(e), replica=replica, node=node,
                                seconds=time.monotonic() - t0)
         return TrialResult(task.key, m, replica=replica, node=node,
-                           seconds=time.monotonic() - t0)
+                           seconds=time.monotonic() - t0,
+                           start_source=self._servers.last_source)
+
+    def close(self) -> None:
+        """Stop the server this replica kept running."""
+        self._servers.close()
 
 
 @dataclass(eq=False)
@@ -188,6 +205,7 @@ class _Slot:
     generation: int = 0
     deaths: int = 0
     busy: Hashable | None = None
+    serving: Any = None  # the config of the server its actor kept running (None: none)
 
     @property
     def id(self) -> str:
@@ -231,7 +249,7 @@ class RayPool:
     def open(cls, s: RaySettings) -> RayPool:
         """Join or start Ray, check the fit, reserve the replicas and start their actors."""
         ray = import_ray()
-        shape = replica_shape(s.kind, s.serve, s.cpus_per_replica)
+        shape = _shape(s)
         wanted = _replicas_without_cluster(s)
         owns = not ray.is_initialized()
         joined = owns and bool(s.address or os.environ.get("RAY_ADDRESS"))
@@ -302,6 +320,7 @@ class RayPool:
         ray = import_ray()
         with signals_held():
             announce_moment("pool-stopping")
+            self._stop_servers(ray)
             if self.owns_ray and not self.joined:
                 # Stopping the Ray this pool started ends its actors and placement groups with
                 # it, without a call to its GCS, which a signal to the whole process group
@@ -321,12 +340,23 @@ class RayPool:
         self._inflight.clear()
         announce_moment("recommending")
 
+    def _stop_servers(self, ray: Any) -> None:
+        """Ask every live actor to stop the server it kept (best effort: an actor that does
+        not answer is killed next, and its servers die with it)."""
+        refs = [slot.actor.close.remote() for slot in self._slots
+                if slot.actor is not None and slot.busy is None]
+        if not refs:
+            return
+        with suppress(Exception):  # dead actor, gone cluster: killing it frees the rest
+            ray.get(refs, timeout=self.settings.ready_timeout_s)
+
     # ---------------------------------------------------------------------- the Pool API
     def gpu_kind(self) -> str | None:
         """The accelerator kind Ray reports for the nodes the replicas run on
-        (``accelerator_type:<kind>``); None for replicas without GPUs, or when their nodes
+        (``accelerator_type:<kind>``); None for replicas without GPUs, for simulated ones (the
+        simulator's profile is their hardware, whatever GPUs they hold), or when their nodes
         report none or several kinds."""
-        if self.shape.gpus <= 0:
+        if self.shape.gpus <= 0 or self.settings.kind == "sim":
             return None
         ids = {sl.info.get("node_id") for sl in self._slots}
         kinds = accelerator_kinds([n for n in self._nodes if n.node_id in ids])
@@ -377,6 +407,8 @@ class RayPool:
                 if failed is not None:
                     return failed
                 continue
+            if result.measurement is None:
+                slot.serving = None  # a failed trial's server was stopped
             self._dispatch()
             return replace(result, attempts=pending.attempts)
 
@@ -400,7 +432,8 @@ class RayPool:
         held: deque[_Pending] = deque()
         while self._queue and idle:
             p = self._queue.popleft()
-            preferred = [slot for slot in idle if slot.index not in p.avoid]
+            preferred = sorted((slot for slot in idle if slot.index not in p.avoid),
+                               key=lambda sl: sl.serving != p.task.config)  # its server first
             if preferred:
                 slot = preferred[0]
             elif live <= p.avoid:
@@ -411,6 +444,7 @@ class RayPool:
             idle.remove(slot)
             p.attempts += 1
             slot.busy = p.task.key
+            slot.serving = p.task.config  # the actor's server serves it after this trial
             self._inflight[slot.actor.run.remote(p.task)] = (slot, p)
         self._queue.extendleft(reversed(held))
 
@@ -421,6 +455,7 @@ class RayPool:
                   f"{p.task.key} ({_death_reason(e)})")
         log.warning("%s", reason)
         slot.deaths += 1
+        slot.serving = None
         self._kill(slot)
         if slot.deaths >= s.drain_after:
             self._drain(slot, f"{replica} died {slot.deaths} times")

@@ -4,18 +4,22 @@ Free replicas are offered to the workloads in :class:`~autotune.orchestrate.fair
 order; each workload's search says what to run next. Every trial is recorded as ``running``
 before it is submitted and in its own transaction when it finishes, with its measurement
 summary, SLO constraints and per-request columns (for the significance test), so a crash
-loses at most the trials in flight. The loop ends when every search has stopped or the
-policy's wall-clock budget is spent (trials in flight then finish).
+loses at most the trials in flight. Every trial's cost (its server start and the replica time
+of its readings, :mod:`autotune.cost`) is stored with it and charged to the pass's
+:class:`~autotune.orchestrate.budget.Ledger`. The loop ends when every search has stopped, or
+when the budget (GPU-hours, replica time) is spent or the next trial would overrun it: no new
+trial starts, the trials in flight finish, and the reason is returned.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Hashable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from autotune.cost import SOURCE, TrialCost, trial_cost
 from autotune.objective import score_measurement
+from autotune.orchestrate.budget import Ledger
 from autotune.orchestrate.fair_share import FairShare
 from autotune.orchestrate.options import Reporter, TuneOptions
 from autotune.orchestrate.pool import Pool, TrialResult, TrialTask
@@ -32,17 +36,26 @@ _PER_REQUEST = ("ttft_s", "tpot_s", "e2e_s", "output_tokens", "ok")
 
 
 def drive_trials(options: TuneOptions, store: Store, run_id: str,
-                 searches: Sequence[WorkloadSearch], pool: Pool, rep: Reporter) -> None:
-    """Run trials until every search has stopped or the wall-clock budget is spent."""
-    policy = options.policy
-    deadline = time.monotonic() + policy.budget.wall_clock_s
+                 searches: Sequence[WorkloadSearch], pool: Pool, rep: Reporter) -> str | None:
+    """Run trials until every search has stopped or the budget is spent; returns why the
+    budget ended the pass (None: every search stopped on its own)."""
+    ledger = open_ledger(options, store, run_id, pool.capacity)
     by_name = {w.name: w for w in searches}
     share = FairShare([w.name for w in searches])
     in_flight: dict[Hashable, tuple[WorkloadSearch, Suggestion]] = {}
+    stop: str | None = None
     while True:
-        while time.monotonic() < deadline and len(in_flight) < pool.capacity:
-            picked = next(((w, s) for w in (by_name[n] for n in share.order())
-                           if (s := w.searcher.ask()) is not None), None)
+        while stop is None and len(in_flight) < pool.capacity:
+            picked = None
+            for w in (by_name[n] for n in share.order()):
+                if w.searcher.stop_reason:
+                    continue  # asks nothing more
+                stop = ledger.refusal(w.name, [f.name for f, _ in in_flight.values()])
+                if stop is not None:
+                    break
+                if (s := w.searcher.ask()) is not None:
+                    picked = (w, s)
+                    break
             if picked is None:
                 break
             w, s = picked
@@ -50,11 +63,23 @@ def drive_trials(options: TuneOptions, store: Store, run_id: str,
             in_flight[(w.name, s.number)] = (w, s)
             share.started(w.name)
         if not in_flight:
-            return
+            return stop
         result = pool.wait()
         w, s = in_flight.pop(result.key)
         share.finished(w.name)
-        _finish(options, store, run_id, w, s, result, rep)
+        ledger.charge(w.name, result.replica,
+                      _finish(options, store, run_id, w, s, result, rep))
+
+
+def open_ledger(options: TuneOptions, store: Store, run_id: str, replicas: int) -> Ledger:
+    """The pass's ledger, charged with the trials a resumed run finished before."""
+    budget = options.policy.budget
+    ledger = Ledger(budget.gpu_hours, budget.wall_clock_s, max(replicas, 1),
+                    options.policy.gpus_per_replica, budget.wall_clock)
+    for t in store.trials(run_id):
+        if t.state in ("complete", "failed"):
+            ledger.charge(t.workload, t.replica, trial_cost(t.metrics))
+    return ledger
 
 
 def _submit(options: TuneOptions, store: Store, run_id: str, w: WorkloadSearch,
@@ -85,8 +110,17 @@ def _per_request(m: Measurement) -> dict[str, list[Any]]:
     return out
 
 
+def _cost(options: TuneOptions, m: Measurement | None) -> TrialCost | None:
+    """The trial's cost from the replica time its pool charged to the measurement."""
+    cost = trial_cost(m.extra) if m is not None else None
+    if cost is None:
+        return None
+    return TrialCost(cost.start_s, cost.replay_s, options.policy.gpus_per_replica)
+
+
 def _finish(options: TuneOptions, store: Store, run_id: str, w: WorkloadSearch,
-            s: Suggestion, result: TrialResult, rep: Reporter) -> None:
+            s: Suggestion, result: TrialResult, rep: Reporter) -> TrialCost | None:
+    """Store the finished trial, tell its search; returns its cost (None: unknown)."""
     policy = options.policy
     m = result.measurement
     outcome = None
@@ -100,6 +134,10 @@ def _finish(options: TuneOptions, store: Store, run_id: str, w: WorkloadSearch,
     metrics: dict[str, Any] = dict(outcome.summary) if outcome else {}
     if outcome:
         metrics["constraints"] = outcome.constraints
+    cost = _cost(options, m)
+    if cost is not None:
+        metrics.update(cost.metrics())
+        metrics[SOURCE] = result.start_source
     if s.is_incumbent:
         metrics["role"] = "incumbent"  # the active recommendation, re-measured
     elif s.is_repeat:
@@ -118,3 +156,4 @@ def _finish(options: TuneOptions, store: Store, run_id: str, w: WorkloadSearch,
     w.searcher.tell(s, outcome, measured)
     w.scored.append(Scored(s.number, s.config, outcome, s.is_baseline, trial_id))
     rep.trial_finished(w.name, s, outcome, error)
+    return cost

@@ -9,8 +9,11 @@
    search per workload;
 3. :func:`~autotune.orchestrate.trials.drive_trials`: the pool of replicas kept busy with the
    searches' trials, each persisted in its own transaction as it finishes;
-4. :func:`~autotune.recommend.recommend_workload`: per workload, the best trial stored as a
-   recommendation, promoted (and exported) only on a significant gain.
+4. :func:`~autotune.orchestrate.mixed.measure_mixed`: before the replicas are released, the
+   mixed sample (every workload together) read at capacity on the candidate shared configs;
+5. :func:`~autotune.recommend.recommend_workload`: per workload, the best trial stored as a
+   recommendation, promoted (and exported) only on a significant gain;
+6. :func:`~autotune.orchestrate.mixed.make_plan`: the capacity plan, stored with the run.
 
 A run interrupted (Ctrl-C, SIGTERM, a crash) is marked so and resumed by the next pass.
 """
@@ -18,20 +21,24 @@ A run interrupted (Ctrl-C, SIGTERM, a crash) is marked so and resumed by the nex
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from autotune.backends import Backend, create_backend, decodes_tokens
+from autotune.cost import pass_cost
 from autotune.errors import ConfigError
+from autotune.orchestrate.mixed import make_plan, measure_mixed, record_arrivals
 from autotune.orchestrate.moments import announce_moment
 from autotune.orchestrate.options import Reporter, TuneOptions
 from autotune.orchestrate.pool import Pool
 from autotune.orchestrate.runs import OpenedRun, WorkloadSearch, open_run
 from autotune.orchestrate.trials import drive_trials
 from autotune.orchestrate.workloads import LoadedWorkloads, load_traffic, load_workloads
+from autotune.plan import Plan
 from autotune.recommend import WorkloadResult, WorkloadTrials, recommend_workload, run_provenance
 from autotune.store import Store
-from autotune.traffic.load import SampleWorkloads
+from autotune.traffic.load import SampleWorkloads, WorkloadTraffic
 
 __all__ = ["Reporter", "TuneOptions", "TuneResult", "WorkloadResult", "load_traffic", "tune"]
 
@@ -45,6 +52,13 @@ class TuneResult:
     resumed: bool
     workloads: list[WorkloadResult]
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (workload, why)
+    #: what the pass cost on real replicas (autotune.cost.pass_cost, with ``gpus_per_replica``
+    #: and ``backend``); empty when nothing ran
+    cost: Mapping[str, Any] = field(default_factory=dict)
+    #: why the budget ended the pass (None: every search stopped on its own)
+    budget_stop: str | None = None
+    plan: Plan | None = None  # the capacity plan stored with the run
+    plan_note: str = ""  # why there is no plan
 
 
 PoolFactory = Callable[[Backend, Reporter], Pool]
@@ -69,25 +83,45 @@ def tune(options: TuneOptions, store: Store, reporter: Reporter | None = None,
                           skipped=loaded.skipped)
     run = open_run(options, store, sample_id, loaded.groups)
     rep.run_started(run.run_id, run.resumed, run.finished_before)
-    _drive(options, store, run, backend, rep, pool_factory or _default_pool(options))
+    record_arrivals(store, run.run_id, loaded.groups)
+    budget_stop = _drive(options, store, run, loaded.groups, backend, rep,
+                         pool_factory or _default_pool(options))
     provenance = run_provenance(
         policy=options.policy, backend=options.backend, described=backend.describe(),
         sample={"path": str(loaded.sample.path), "sha256": loaded.sample.sha256,
                 "sample_id": sample_id, "size_bytes": loaded.sample.size_bytes,
                 "requests": loaded.sample.requests},
         run_id=run.run_id, seed=options.seed)
+    cost = _record_cost(options, store, run.run_id, budget_stop)
     results = []
     for w in run.searches:
         _record_calibration(store, run.run_id, w)
-        result = recommend_workload(store, options.policy, run.run_id, _finished(w), provenance,
+        result = recommend_workload(store, options.policy, run.run_id,
+                                    _finished(w, budget_stop), provenance,
                                     backend=options.backend, export_dir=options.export_dir,
                                     seed=options.seed)
         rep.workload_finished(result)
         results.append(result)
         announce_moment("recommended")
+    plan, plan_note = make_plan(store, run.run_id)
     store.set_run_status(run.run_id, "finished")
     return TuneResult(run_id=run.run_id, status="finished", resumed=run.resumed,
-                      workloads=results, skipped=loaded.skipped)
+                      workloads=results, skipped=loaded.skipped, cost=cost,
+                      budget_stop=budget_stop, plan=plan, plan_note=plan_note)
+
+
+def _record_cost(options: TuneOptions, store: Store, run_id: str,
+                 budget_stop: str | None) -> dict[str, Any]:
+    """The pass's cost (every trial of the run, resumed ones included) and why the budget
+    ended it, stored in the run's options before any recommendation is written."""
+    cost = pass_cost((t.workload, t.metrics) for t in store.trials(run_id))
+    cost["gpus_per_replica"] = options.policy.gpus_per_replica
+    cost["backend"] = options.backend
+    if options.backend == "sim":
+        cost["note"] = ("simulated: what this pass would cost on real replicas of the sim "
+                        "profile's hardware")
+    store.update_run_options(run_id, {"cost": cost, "budget_stop": budget_stop})
+    return cost
 
 
 def _check_output_subset(options: TuneOptions, loaded: LoadedWorkloads,
@@ -108,14 +142,20 @@ def _record_sample(store: Store, loaded: LoadedWorkloads) -> int:
                                skipped_lines=sample.skipped, workloads=loaded.summaries)
 
 
-def _drive(options: TuneOptions, store: Store, run: OpenedRun, backend: Backend,
-           rep: Reporter, pool_factory: PoolFactory) -> None:
-    """Stage 3 with the run's status kept true: interrupted or failed when it ends early."""
+def _drive(options: TuneOptions, store: Store, run: OpenedRun,
+           groups: dict[str, WorkloadTraffic], backend: Backend, rep: Reporter,
+           pool_factory: PoolFactory) -> str | None:
+    """Stages 3 and 4 with the run's status kept true: interrupted or failed when it ends
+    early. Returns why the budget ended it (None: every search stopped on its own); a pass
+    the budget ended reads no mixed sample."""
     pool: Pool | None = None
     try:
         pool = pool_factory(backend, rep)
         _use_pool_hardware(pool, run)
-        drive_trials(options, store, run.run_id, run.searches, pool, rep)
+        budget_stop = drive_trials(options, store, run.run_id, run.searches, pool, rep)
+        if budget_stop is None:
+            measure_mixed(options, store, run.run_id, groups, run.searches, pool)
+        return budget_stop
     except KeyboardInterrupt:
         store.set_run_status(run.run_id, "interrupted",
                              "interrupted by the user (SIGINT/SIGTERM)")
@@ -140,9 +180,11 @@ def _use_pool_hardware(pool: Pool, run: OpenedRun) -> None:
             log.info("%s: guided search: %s", w.name, note)
 
 
-def _finished(w: WorkloadSearch) -> WorkloadTrials:
-    return WorkloadTrials(w.name, w.requests, list(w.scored), w.incumbent,
-                          w.searcher.stop_reason)
+def _finished(w: WorkloadSearch, budget_stop: str | None) -> WorkloadTrials:
+    """The workload's trials; a search the budget cut short says so as its stop reason."""
+    why = w.searcher.stop_reason or (f"the pass's budget ended it: {budget_stop}"
+                                     if budget_stop else "")
+    return WorkloadTrials(w.name, w.requests, list(w.scored), w.incumbent, why)
 
 
 def _default_pool(options: TuneOptions) -> PoolFactory:
@@ -154,6 +196,7 @@ def _default_pool(options: TuneOptions) -> PoolFactory:
             kind=options.backend, serve=options.policy.serve.spec(),
             backend_options=options.merged_backend_options(), seed=options.seed,
             replicas=options.replicas, address=options.ray_address,
+            sim_reserves_gpus=options.policy.sim.reserve_gpus,
             max_retries=options.policy.budget.max_retries)
         return open_pool(settings, backend, progress=rep.replay_progress)
     return make

@@ -18,6 +18,8 @@ parts, each in its own module:
   capacity or at the policy's rate;
 - :mod:`~autotune.predict.residual`: the model's remaining error at measured configs, spread
   to their neighbours;
+- :mod:`~autotune.predict.tail`: the p99 TTFT and ITL a reading measures at a rate, as a
+  predictive distribution calibrated on every reading;
 - :mod:`~autotune.predict.observation`: what one measured run tells the predictor;
 - :mod:`~autotune.predict.predictor`: the :class:`Predictor` that calibrates, fits and scores.
 
@@ -33,6 +35,7 @@ from autotune.predict.predictor import Prediction, Predictor
 from autotune.predict.replica import ReplicaOutcomes, predict_replica
 from autotune.predict.residual import Residual, fit_residual
 from autotune.predict.step_cost import COST_PARTS, StepCostModel
+from autotune.predict.tail import TailForecast, TailModel, TailReading
 from autotune.predict.workload import FACTOR_NAMES, ConfigGrid, ReplicaFactors, WorkloadModel
 
 __all__ = [
@@ -48,6 +51,9 @@ __all__ = [
     "ReplicaOutcomes",
     "Residual",
     "StepCostModel",
+    "TailForecast",
+    "TailModel",
+    "TailReading",
     "WorkloadModel",
     "decode_stats",
     "fit_residual",

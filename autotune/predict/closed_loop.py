@@ -71,4 +71,5 @@ def closed_loop_latency(wl: WorkloadModel, grid: ConfigGrid, cost: StepCostModel
     ttft = service + math.exp(factors.ttft) * wait
     kv_ok = st.b * (st.ctx + wl.output.mean() / 2.0) <= wl.kv_tokens
     feasible = st.stable & (avail >= 1.0) & kv_ok & (grid.tok >= grid.seqs)
-    return PredictedLatency(feasible, durations * math.exp(factors.itl), weights, ttft)
+    return PredictedLatency(feasible, durations * math.exp(factors.itl), weights, ttft,
+                            stall_from=1, wait=math.exp(factors.ttft) * wait)

@@ -35,3 +35,9 @@ class PredictedLatency:
     step: FloatArray | None = None
     #: (K, N) each request's completion time (s, from the first arrival); trace replay only
     end: FloatArray | None = None
+    #: columns of ``durations`` from this one on are steps that carry a prefill chunk (they
+    #: stall every sequence decoding beside them at once); the columns before are decode-only
+    stall_from: int = 1
+    #: (K, N) the part of each TTFT spent waiting (for a slot, in the prefill queue), not
+    #: prefilling its own prompt
+    wait: FloatArray | None = None

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from autotune.predict.tail import TailReading, tail_readings
 from autotune.slo import Slo, margin_from_summary
 from autotune.types import AcceptanceCounts, Measurement, TrialConfig
 
@@ -34,7 +35,8 @@ OBSERVED_FIELDS = frozenset({
     "ttft_p99_ms", "tpot_mean_ms", "requests_per_s", "output_tokens_per_s", "failed_requests",
     "target_ttft_p99_ms", "target_itl_p99_ms", "target_failed_requests",
     *(f"replay{i}_{k}" for i in range(_MAX_REPLAYS)
-      for k in ("scale", "decode_time_s", "decode_tokens", "duration_s")),
+      for k in ("scale", "decode_time_s", "decode_tokens", "duration_s", "itl_p99_ms",
+                "ttft_p99_ms")),
 })
 
 
@@ -59,7 +61,8 @@ class Observation:
     (:func:`autotune.objective.met_at_some_rate`). ``points`` are ``(scale, step_s, batch)``
     of every replay of the run (the capacity reading replays the trace at several rates on the
     same replica); ``margin`` is how far the run was from failing the SLO at the target rate
-    (log; negative: it failed).
+    (log; negative: it failed); ``tails`` the p99s each replay read
+    (:func:`autotune.predict.tail.tail_readings`).
     """
 
     config: TrialConfig
@@ -74,6 +77,8 @@ class Observation:
     margin: float | None = None
     margin_censored: bool = False  # the margin is an upper bound (missed at every rate tried)
     points: tuple[tuple[float, float, float], ...] = ()
+    #: the p99s of every reading of the run (each rate it was read at)
+    tails: tuple[TailReading, ...] = ()
 
     @classmethod
     def from_result(cls, config: TrialConfig, value: float | None, feasible: bool,
@@ -125,4 +130,5 @@ class Observation:
         return cls(config=config, value=value, feasible=feasible, scale=num("load_scale"),
                    step_s=step, batch=batch, itl_p99_ms=num("itl_p99_ms"),
                    ttft_p99_ms=num("ttft_p99_ms"), counts=counts, margin=margin,
-                   margin_censored=met is not None and not met, points=tuple(points))
+                   margin_censored=met is not None and not met, points=tuple(points),
+                   tails=tail_readings(config, s, target) if value is not None else ())

@@ -66,6 +66,7 @@ from autotune.predict.residual import (
     unpinned,
 )
 from autotune.predict.step_cost import StepCostModel
+from autotune.predict.tail import TailModel
 from autotune.predict.workload import ConfigGrid, ReplicaFactors, WorkloadModel
 from autotune.slo import MIN_SCALE
 from autotune.types import Request, Slo, TrialConfig
@@ -471,6 +472,13 @@ class Predictor:
             return np.where(out.feasible, np.log(scale / self.target),
                             np.log(scale / self.target) - 1.0)
         return np.where(out.feasible, out.margin, np.minimum(out.margin, -0.1))
+
+    def tail_model(self) -> TailModel:
+        """The p99s' predictive distribution at any rate (:mod:`autotune.predict.tail`), on
+        the current best fit, calibrated on every reading of every run measured."""
+        self.predict()
+        return TailModel.fit(self.workload, self.cost, self.factors, self.slo,
+                             [t for o in self.measured for t in o.tails])
 
     def predict(self) -> dict[TrialConfig, Prediction]:
         """Predictions for every candidate (and every measured config), refitting if needed."""

@@ -36,7 +36,7 @@ from autotune.predict.trace_replay import trace_replay_latency
 from autotune.predict.workload import ConfigGrid, ReplicaFactors, WorkloadModel
 from autotune.slo import MAX_SCALE, MIN_SCALE
 
-__all__ = ["ReplicaOutcomes", "predict_replica"]
+__all__ = ["ReplicaOutcomes", "latency", "measured_ttft", "predict_replica"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -70,6 +70,19 @@ def latency(wl: WorkloadModel, grid: ConfigGrid, cost: StepCostModel, factors: R
     return trace_replay_latency(wl, grid, cost, factors, st, scale)
 
 
+def measured_ttft(wl: WorkloadModel, grid: ConfigGrid, lat: PredictedLatency,
+                  st: SteadyState, *, wait: bool = False) -> FloatArray:
+    """(K, measured requests) TTFT (s) of the requests a replay measures (with ``wait``: the
+    part of it spent waiting, not prefilling); in a closed loop, a concurrency above
+    ``max_num_seqs`` waits for a slot at the completion rate first."""
+    part = lat.wait if wait else lat.ttft
+    ttft = (np.zeros_like(lat.ttft) if part is None else part)[:, wl.measured]
+    if wl.mode == "closed":
+        over = np.maximum(wl.concurrency - grid.seqs, 0.0)
+        ttft = ttft + (over / np.maximum(st.lam, 1e-9))[:, None]
+    return ttft
+
+
 def _meets(wl: WorkloadModel, lat: PredictedLatency) -> npt.NDArray[np.bool_]:
     """p99 ITL and p99 TTFT within the SLO, by counting what exceeds it (no sorting)."""
     ok = lat.feasible.copy()
@@ -98,10 +111,7 @@ def _read(wl: WorkloadModel, grid: ConfigGrid, cost: StepCostModel, factors: Rep
     lat = latency(wl, grid, cost, factors, st, scale)
     meas = wl.measured
     slo = wl.slo
-    ttft_m = lat.ttft[:, meas]
-    if closed:
-        over = np.maximum(wl.concurrency - grid.seqs, 0.0)
-        ttft_m = ttft_m + (over / np.maximum(st.lam, 1e-9))[:, None]
+    ttft_m = measured_ttft(wl, grid, lat, st)
     ttft_p99 = np.quantile(ttft_m, 0.99, axis=1) if meas.any() else np.zeros(len(grid))
     itl = weighted_quantile(lat.durations, lat.weights, 1.0 - _TAIL)
     margins = [np.full(len(grid), np.inf)]

@@ -103,6 +103,7 @@ class _Prefill:
     prefilled: FloatArray    # (K, N) when its last prompt token is prefilled (s)
     first_token: FloatArray  # (K, N) when it begins decoding (s)
     chunk_stall: FloatArray  # (K, N) how much longer its chunk steps take than decode-only
+    waited: FloatArray       # (K, N) its wait in the prefill queue (s), the TTFT factor applied
 
 
 @dataclass(frozen=True)
@@ -203,7 +204,7 @@ def _prefill(tr: _Trace, tg: _TimeGrid, times: _StepTimes, cost: StepCostModel,
     first_token = admitted + ttft_factor * queued + np.maximum(own, last_step)
     chunk_stall = (np.floor(p / budget) * (full_step - decode_only)
                    + (last_chunk > 0) * (last_step - decode_only))
-    return _Prefill(prefilled, first_token, chunk_stall)
+    return _Prefill(prefilled, first_token, chunk_stall, ttft_factor * queued)
 
 
 def _decode_end(tg: _TimeGrid, step_clock: FloatArray, tr: _Trace,
@@ -317,4 +318,5 @@ def trace_replay_latency(wl: WorkloadModel, grid: ConfigGrid, cost: StepCostMode
     feasible = kv_ok & np.isfinite(end).all(axis=1) & (grid.tok >= grid.seqs)
     return PredictedLatency(feasible, durations * math.exp(factors.itl), weights,
                             first_token - tr.arrival, (end - first_token) / tr.decode_steps,
-                            end)
+                            end, stall_from=GRID,
+                            wait=sched.admitted - tr.arrival + sched.prefill.waited)

@@ -3,7 +3,8 @@
 Everything the figures draw is computed here, so it can be tested without a browser: the
 Pareto front of throughput against p99 inter-token latency, the best measured objective per
 draft window relative to the run's baseline trial, the optimisation history with its running
-best, and predicted against measured per-position acceptance of each recommendation.
+best, predicted against measured per-position acceptance of each recommendation, and the run's
+capacity plan (its GPU curves: :mod:`autotune.report.plan_series`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from autotune.errors import StoreError
+from autotune.errors import PlanError, StoreError
+from autotune.plan import Plan, plan_for_run
 from autotune.store import (
     CalibrationRecord,
     RecommendationRecord,
@@ -251,6 +253,8 @@ class ReportData:
     objective: str
     db: str
     generated_at: str
+    plan: Plan | None = None  # the run's capacity plan (autotune.plan)
+    plan_note: str = ""  # why there is none
 
     @property
     def trial_count(self) -> int:
@@ -303,7 +307,13 @@ def load_report_data(store: Store, run_id: str | None = None) -> ReportData:
             ttft_slo_ms=slo_bound(mine, "ttft_p99_ms"), fit=fits.get(name)))
     objectives = {r.objective for r in recs}
     objective = objectives.pop() if len(objectives) == 1 else "objective"
+    plan, plan_note = None, ""
+    try:
+        plan = plan_for_run(store, rid)
+    except PlanError as e:
+        plan_note = str(e)
     return ReportData(run=run, workloads=tuple(workloads),
                       recommendations=tuple(sorted(recs, key=lambda r: r.workload)),
                       objective=objective, db=redact(store.url),
-                      generated_at=datetime.now(UTC).isoformat(timespec="seconds"))
+                      generated_at=datetime.now(UTC).isoformat(timespec="seconds"),
+                      plan=plan, plan_note=plan_note)

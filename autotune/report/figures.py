@@ -339,6 +339,9 @@ def history_chart(data: ReportData) -> Chart:
 
 
 def build_charts(data: ReportData) -> Sequence[Chart]:
-    """The page's charts, in reading order."""
-    return [speedup_chart(data), seed_chart(), pareto_chart(data), calibration_chart(data),
-            history_chart(data)]
+    """The page's charts, in reading order (the capacity plan's when the run has one)."""
+    from autotune.report.plan_chart import plan_chart
+
+    plan = plan_chart(data)
+    return [speedup_chart(data), *([plan] if plan is not None else []), seed_chart(),
+            pareto_chart(data), calibration_chart(data), history_chart(data)]

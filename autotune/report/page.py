@@ -228,6 +228,14 @@ def _recommendations(data: ReportData) -> str:
         "</section>")
 
 
+def _no_plan(data: ReportData) -> str:
+    """Why the run has no capacity plan (nothing when it has one: its chart says it)."""
+    if data.plan is not None:
+        return ""
+    return ('<section id="plan"><h2>Capacity plan</h2><p class="caption">No plan for this '
+            f"run: {_e(data.plan_note)}</p></section>")
+
+
 def _chart_section(chart: Chart) -> str:
     return (f'<section id="{_e(chart.id)}"><h2>{_e(chart.title)}</h2>'
             f'<p class="caption">{_e(chart.caption)}</p>{_figure_html(chart)}</section>')
@@ -249,6 +257,7 @@ def render_report(data: ReportData, charts: Sequence[Chart] | None = None) -> st
         "</nav></header>"
         + _recommendations(data)
         + _output_checks(data)
+        + _no_plan(data)
         + "".join(_chart_section(c) for c in charts)
         + f"<footer>generated {_e(data.generated_at)} by autotune {_e(__version__)} from "
         f"{_e(data.db)} · charts: plotly {_e(plotly_version)}, inlined (no network "

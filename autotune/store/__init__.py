@@ -12,6 +12,7 @@ from autotune.store.engine import DEFAULT_DB_URL, ENV_DB_URL, resolve_url
 from autotune.store.lease import HeldLease, LeaseHeld, LeaseRecord, lease_key, leases
 from autotune.store.records import (
     CalibrationRecord,
+    PlanRecord,
     RecommendationRecord,
     RunRecord,
     SampleRecord,
@@ -29,6 +30,7 @@ __all__ = [
     "HeldLease",
     "LeaseHeld",
     "LeaseRecord",
+    "PlanRecord",
     "RecommendationRecord",
     "RunRecord",
     "SampleRecord",

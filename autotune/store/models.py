@@ -3,6 +3,7 @@
 autotune_traffic_samples ─< autotune_workloads
 autotune_traffic_samples ─< autotune_runs ─< autotune_trials
 autotune_runs ─< autotune_recommendations (lifecycle candidate → active → retired)
+autotune_runs ─ autotune_plans (the capacity plan of a run and the readings only it needs)
 autotune_calibrations (acceptance-head calibration fits, per workload)
 autotune_leases (one process tuning a traffic on this database: holder, heartbeat, expiry)
 
@@ -42,6 +43,7 @@ __all__ = [
     "Base",
     "CalibrationRow",
     "LeaseRow",
+    "PlanRow",
     "RecommendationRow",
     "RunRow",
     "TrafficSampleRow",
@@ -200,3 +202,22 @@ class LeaseRow(Base):
     acquired_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     heartbeat_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class PlanRow(Base):
+    """Revision 0004: a run's capacity plan (``autotune.plan``), one row per run.
+
+    ``inputs`` holds what the plan reads besides the trials: each workload's replayed arrival
+    times; ``shared`` the mixed sample's readings at capacity (config and metrics, as a trial's);
+    ``plan`` the plan the pass made with the policy's settings (``autotune plan --run`` makes it
+    again from ``inputs``, ``shared`` and the trials, with any settings, measuring nothing).
+    """
+
+    __tablename__ = "autotune_plans"
+
+    run_id: Mapped[str] = mapped_column(ForeignKey("autotune_runs.id"), primary_key=True)
+    inputs: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    shared: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    plan: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -11,7 +11,7 @@ provenance, the serve section of its policy) stays a read-only mapping.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,6 +19,7 @@ from autotune.types import TrialConfig
 
 __all__ = [
     "CalibrationRecord",
+    "PlanRecord",
     "RecommendationRecord",
     "RunRecord",
     "SampleRecord",
@@ -75,6 +76,21 @@ class RunRecord:
     started_at: datetime | None
     finished_at: datetime | None
     error: str | None
+    #: the run's options JSON: ``cost`` (what the pass cost on real replicas, per workload and
+    #: in total, :mod:`autotune.cost`) and ``budget_stop`` (why the budget ended it) among them
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def cost(self) -> Mapping[str, Any] | None:
+        """The pass's cost as recorded when it ended (None: not recorded)."""
+        cost = self.options.get("cost")
+        return cost if isinstance(cost, Mapping) else None
+
+    @property
+    def budget_stop(self) -> str | None:
+        """Why the budget ended the pass (None: it did not)."""
+        why = self.options.get("budget_stop")
+        return str(why) if why else None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -88,6 +104,8 @@ class RunRecord:
             "started_at": iso(self.started_at),
             "finished_at": iso(self.finished_at),
             "error": self.error,
+            "cost": dict(self.cost) if self.cost is not None else None,
+            "budget_stop": self.budget_stop,
         }
 
 
@@ -270,3 +288,17 @@ class CalibrationRecord:
         return {"workload": self.workload, "run": self.run, "method": self.method,
                 "params": dict(self.params), "ece_before": self.ece_before,
                 "ece_after": self.ece_after, "created_at": iso(self.created_at)}
+
+
+@dataclass(frozen=True)
+class PlanRecord:
+    """A run's stored plan: the inputs it reads besides the trials (``inputs``: each
+    workload's replayed arrival times), the mixed sample's readings (``shared``: config and
+    metrics each) and the plan the pass made (None until it made one)."""
+
+    run: str
+    inputs: Mapping[str, Any]
+    shared: tuple[Mapping[str, Any], ...]
+    plan: Mapping[str, Any] | None
+    created_at: datetime | None
+    updated_at: datetime | None

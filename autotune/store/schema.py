@@ -38,7 +38,7 @@ __all__ = [
     "upgrade",
 ]
 
-HEAD = "0003"
+HEAD = "0004"
 VERSION_TABLE = "autotune_alembic_version"
 #: Tables whose presence (without a stamp) marks a database of autotune 0.1 (revision 0001).
 #: Not ``trials``: that name may be Optuna's.

@@ -35,6 +35,7 @@ from autotune.store.engine import (
 )
 from autotune.store.models import (
     CalibrationRow,
+    PlanRow,
     RecommendationRow,
     RunRow,
     TrafficSampleRow,
@@ -44,6 +45,7 @@ from autotune.store.models import (
 )
 from autotune.store.records import (
     CalibrationRecord,
+    PlanRecord,
     RecommendationRecord,
     RunRecord,
     SampleRecord,
@@ -214,6 +216,15 @@ class Store:
             values["finished_at"] = None if status == "running" else utcnow()
             s.execute(update(RunRow).where(RunRow.id == run_id).values(**values))
 
+    def update_run_options(self, run_id: str, values: Mapping[str, Any]) -> None:
+        """Merge ``values`` into the run's ``options`` JSON (its cost, why its budget ended
+        it)."""
+        with self.session() as s:
+            run = s.get(RunRow, run_id)
+            if run is None:
+                raise StoreError(f"no run {run_id!r}; list runs with: autotune runs")
+            run.options = {**(run.options or {}), **_json_safe(dict(values))}
+
     def runs(self, limit: int | None = None) -> list[RunRecord]:
         """Runs, newest first."""
         with self._read() as s:
@@ -240,7 +251,8 @@ class Store:
                          sample_id=sample.id, sample_path=sample.path,
                          sample_sha256=sample.sha256, sample_requests=sample.requests,
                          seed=run.seed, started_at=run.started_at,
-                         finished_at=run.finished_at, error=run.error)
+                         finished_at=run.finished_at, error=run.error,
+                         options=dict(run.options or {}))
 
     # ---- trials --------------------------------------------------------------------------
     def record_trial(self, *, run_id: str, workload: str, number: int, state: str,
@@ -516,3 +528,40 @@ class Store:
                                       params=dict(c.params or {}), ece_before=c.ece_before,
                                       ece_after=c.ece_after, created_at=c.created_at)
                     for c in s.scalars(q)]
+
+    # ---- plans ---------------------------------------------------------------------------
+    def run_policy(self, run_id: str) -> dict[str, Any]:
+        """The policy a run was made with, as stored (a mapping ``policy_from_mapping`` reads)."""
+        with self._read() as s:
+            run = s.get(RunRow, run_id)
+            if run is None:
+                raise StoreError(f"no run {run_id!r}; list runs with: autotune runs")
+            return dict(run.policy or {})
+
+    def save_plan(self, run_id: str, *, inputs: Mapping[str, Any] | None = None,
+                  shared: list[Mapping[str, Any]] | None = None,
+                  plan: Mapping[str, Any] | None = None) -> None:
+        """Create or update a run's plan row: each part given replaces the stored one."""
+        with self.session() as s:
+            row = s.get(PlanRow, run_id)
+            if row is None:
+                row = PlanRow(run_id=run_id, inputs={}, shared=[], plan=None)
+                s.add(row)
+            if inputs is not None:
+                row.inputs = _json_safe(dict(inputs))
+            if shared is not None:
+                row.shared = _json_safe([dict(r) for r in shared])
+            if plan is not None:
+                row.plan = _json_safe(dict(plan))
+            row.updated_at = utcnow()
+
+    def plan(self, run_id: str) -> PlanRecord | None:
+        """A run's stored plan row, or None."""
+        with self._read() as s:
+            row = s.get(PlanRow, run_id)
+            if row is None:
+                return None
+            return PlanRecord(run=row.run_id, inputs=dict(row.inputs or {}),
+                              shared=tuple(dict(r) for r in row.shared or []),
+                              plan=dict(row.plan) if row.plan is not None else None,
+                              created_at=row.created_at, updated_at=row.updated_at)

@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
+from autotune.cost import CostTotal
 from autotune.store import LeaseRecord, RecommendationRecord, RunRecord
 from autotune.store.records import iso
-from autotune.ui.console import err, fmt_num, out, print_table
+from autotune.ui.console import err, fmt_num, note, out, print_table
 from autotune.ui.tables import (
     OBJECTIVE_LABELS,
     config_label,
@@ -26,7 +27,8 @@ if TYPE_CHECKING:  # the pass's types only: a read-only command need not import 
     from autotune.policy import Policy
     from autotune.recommend import WorkloadResult
 
-__all__ = ["baseline_label", "pass_notes", "print_pass", "print_status", "result_table"]
+__all__ = ["baseline_label", "cost_notes", "pass_notes", "print_pass", "print_status",
+           "result_table"]
 
 
 def baseline_label(policy: Policy) -> str:
@@ -88,6 +90,28 @@ def pass_notes(results: Sequence[WorkloadResult]) -> list[str]:
     return lines
 
 
+def cost_notes(cost: Mapping[str, Any], budget_stop: str | None = None) -> list[str]:
+    """What the pass cost on real replicas, in total and per workload, and why its budget
+    ended it (``cost``: a run's recorded cost, :func:`autotune.cost.pass_cost`)."""
+    lines = []
+    if cost and isinstance(cost.get("total"), Mapping):
+        whole = CostTotal.from_json(cost["total"])
+        per = ", ".join(f"{w} {CostTotal.from_json(c).gpu_h:.3g}"
+                        for w, c in (cost.get("workloads") or {}).items())
+        line = f"cost: {whole.describe()}; GPU-h per workload: {per or '-'}"
+        if whole.starts:
+            line += (f"; a server start is charged {whole.start_s / whole.starts:.0f} s, once "
+                     "per config a replica kept serving")
+        if cost.get("backend") == "sim":
+            line += (f"; simulated: what the pass would cost on real replicas of "
+                     f"{cost.get('gpus_per_replica', '?')} GPUs")
+        lines.append(line)
+    if budget_stop:
+        lines.append(f"budget: the pass ended early, with the workloads' results so far: "
+                     f"{budget_stop}")
+    return lines
+
+
 def print_pass(result: TuneResult, policy: Policy, why: str | None, *,
                wide: bool = False) -> None:
     """What a tuning pass did: the recommendations table, its notes, skipped workloads."""
@@ -96,8 +120,14 @@ def print_pass(result: TuneResult, policy: Policy, why: str | None, *,
     if result.run_id is None:
         err.print("nothing to re-tune: no workload drifted")
         return
-    print_table(result_table(result.workloads, policy, wide=wide), pass_notes(result.workloads),
+    print_table(result_table(result.workloads, policy, wide=wide),
+                [*pass_notes(result.workloads), *cost_notes(result.cost, result.budget_stop)],
                 wide=wide)
+    if result.plan is not None:
+        out.print(note(f"plan: {result.plan.headline()}; `autotune plan --run "
+                       f"{result.run_id}` for replicas per workload, growth and split or shared"))
+    elif result.plan_note:
+        out.print(note(f"plan: none: {result.plan_note}"))
     err.print(f"run {result.run_id} {result.status}; `autotune trials --run {result.run_id}` "
               "lists its trials")
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from rich.table import Table
 
+from autotune.cost import CostTotal, trial_cost
 from autotune.store import RecommendationRecord, RunRecord, TrialRecord
 from autotune.store.records import WorkloadStatus, iso
 from autotune.ui.console import fmt_num
@@ -50,18 +51,36 @@ def config_label(c: Mapping[str, Any]) -> str:
             f"tok={c.get('max_num_batched_tokens', '?')}")
 
 
-def runs_table(rows: Sequence[RunRecord], *, wide: bool = False) -> Table:
-    cols = ["run", "status", "backend", "policy", "requests", "started (UTC)"]
+def _run_gpu_h(r: RunRecord) -> str:
+    """The run's GPU-hours (``*`` when the budget ended it), ``-`` when not recorded."""
+    total = (r.cost or {}).get("total")
+    if not isinstance(total, Mapping):
+        return "-"
+    return fmt_num(float(total.get("gpu_h", 0.0))) + ("*" if r.budget_stop else "")
+
+
+def runs_table(rows: Sequence[RunRecord], *, wide: bool = False) -> tuple[Table, list[str]]:
+    """The runs table (GPU-h: what the pass cost on real replicas) and its notes (why a
+    budget ended a run, for the runs marked ``*``)."""
+    cols = ["run", "status", "backend", "policy", "requests", "GPU-h", "started (UTC)"]
     if wide:
-        cols += ["finished (UTC)", "traffic"]
-    t = new_table(*cols, numeric=("requests",), fold=("policy", "traffic"))
+        cols += ["replica-h", "trials", "finished (UTC)", "traffic"]
+    t = new_table(*cols, numeric=("requests", "GPU-h", "replica-h", "trials"),
+                  fold=("policy", "traffic"))
+    notes = []
     for r in rows:
         cells = [r.id, r.status, r.backend, r.policy_name, str(r.sample_requests),
-                 _when(r.started_at)]
+                 _run_gpu_h(r), _when(r.started_at)]
         if wide:
-            cells += [_when(r.finished_at), r.sample_path]
+            total = (r.cost or {}).get("total")
+            whole = CostTotal.from_json(total) if isinstance(total, Mapping) else None
+            cells += [fmt_num(whole.replica_h) if whole else "-",
+                      str(whole.trials + whole.uncounted) if whole else "-",
+                      _when(r.finished_at), r.sample_path]
         t.add_row(*cells)
-    return t
+        if r.budget_stop:
+            notes.append(f"{r.id}*: the budget ended the pass: {r.budget_stop}")
+    return t, notes
 
 
 def trials_table(rows: Sequence[TrialRecord], *, wide: bool = False) -> tuple[Table, list[str]]:
@@ -69,9 +88,9 @@ def trials_table(rows: Sequence[TrialRecord], *, wide: bool = False) -> tuple[Ta
     cols = ["workload", "#", "state", "config", "value", "meets\nSLO", "capacity\n(×)",
             "p99 TTFT\n(ms)", "p99 ITL\n(ms)", "accept\nrate", "outputs\nidentical"]
     if wide:
-        cols = ["run", *cols, "replica", "attempts"]
+        cols = ["run", *cols, "GPU-h", "replica", "attempts"]
     t = new_table(*cols, numeric=("#", "value", "capacity\n(×)", "p99 TTFT\n(ms)",
-                                  "p99 ITL\n(ms)", "accept\nrate", "attempts"),
+                                  "p99 ITL\n(ms)", "accept\nrate", "GPU-h", "attempts"),
                   fold=("workload", "config", "run", "replica", "outputs\nidentical"))
     notes = []
     for r in rows:
@@ -83,7 +102,9 @@ def trials_table(rows: Sequence[TrialRecord], *, wide: bool = False) -> tuple[Ta
                  fmt_num(m.get("itl_p99_ms")), fmt_num(r.acceptance_rate),
                  outputs_cell(m.get("output_check"))]
         if wide:
-            cells = [r.run, *cells, r.replica or "-", str(r.attempts)]
+            cost = trial_cost(m)
+            cells = [r.run, *cells, fmt_num(cost.gpu_h) if cost else "-", r.replica or "-",
+                     str(r.attempts)]
         t.add_row(*cells)
         if r.error:
             notes.append(f"{r.workload} #{r.number}: {r.error.splitlines()[0]}")

@@ -152,3 +152,21 @@ def test_the_margin_counts_falling_behind_only_by_the_share_of_the_rate_lost() -
     assert replay_margin(light, slo, 0.999) == pytest.approx(inside, abs=1e-9)
     assert replay_margin(light, slo, KEPT_UP) == pytest.approx(0.0, abs=1e-9)
     assert replay_margin(light, slo, 0.5) == pytest.approx(math.log(10.0))
+
+
+def test_every_replay_records_its_own_p99s() -> None:
+    # the tail model learns from every rate read (autotune.predict.tail): each replay's p99s
+    # are kept beside its scale, and they are that replay's own
+    replica = QueueReplica(0.3)
+    m = replay_at_capacity(replica, _schedule(), SLO, max_replays=REPLAYS)
+    i = 0
+    ttfts = []
+    while f"replay{i}_scale" in m.extra:
+        scale = m.extra[f"replay{i}_scale"]
+        again = QueueReplica(0.3).replay(replace(_schedule(), time_scale=scale))
+        check = again.slo_check(SLO)
+        assert m.extra[f"replay{i}_ttft_p99_ms"] == pytest.approx(check.ttft_p99_ms)
+        assert m.extra[f"replay{i}_itl_p99_ms"] == pytest.approx(check.itl_p99_ms)
+        ttfts.append(check.ttft_p99_ms)
+        i += 1
+    assert i >= 2 and len(set(ttfts)) > 1  # several rates, read apart

@@ -101,6 +101,18 @@ def test_vllm_replicas_packed_one_per_gpu_bundle(ray_cluster: Any) -> None:
     assert ray_cluster.is_initialized()  # the pool did not own the session's Ray
 
 
+def test_sim_replicas_told_to_reserve_gpus_hold_them_but_simulate_their_profile(
+        ray_cluster: Any) -> None:
+    pool = RayPool.open(_sim_settings(load_policy(), sim_reserves_gpus=True))
+    try:
+        gpu_sets = [set(r["gpu_ids"]) for r in pool.replicas()]
+        assert len(gpu_sets) == 2  # as many 8-GPU replicas as the 16 GPUs hold
+        assert all(len(g) == 8 for g in gpu_sets) and not gpu_sets[0] & gpu_sets[1]
+        assert pool.gpu_kind() is None  # the H100s are held, not what the search assumes
+    finally:
+        pool.close()
+
+
 @pytest.mark.slow
 def test_two_sim_replicas_share_one_run(ray_cluster: Any, small_sample: Path,
                                         db_url: str, tmp_path: Path) -> None:

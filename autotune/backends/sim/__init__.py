@@ -85,14 +85,22 @@ __all__ = [
 SIM_VERSION = "0.1.0"
 DEFAULT_PROFILE = "kimi-k2.6@8xH200-tp8"
 DEFAULT_DRAFTER = "dspark"
-_OPTIONS = ("profile", "drafter")
+#: The policy's ``sim`` section; ``reserve_gpus`` is where the Ray pool places a replica
+#: (autotune/orchestrate/placement.py), which the simulator itself does not read.
+_OPTIONS = ("profile", "drafter", "reserve_gpus")
 
 
 class SimReplica:
-    """One simulated vLLM server with a fixed trial config; replays are independent."""
+    """One simulated vLLM server with a fixed trial config; replays are independent.
 
-    def __init__(self, config: TrialConfig, engine: EngineConfig) -> None:
+    ``start_s``/``start_source``: what starting the real server would cost, from the profile
+    (0 with a note when the profile states no start time)."""
+
+    def __init__(self, config: TrialConfig, engine: EngineConfig, start_s: float = 0.0,
+                 start_source: str = "") -> None:
         self.config = config
+        self.start_s = start_s
+        self.start_source = start_source
         self._engine = engine
         self._stopped = False
 
@@ -168,7 +176,12 @@ class SimBackend:
             block=max(self.serve.draft_block_size, n, 1),
             seed=self.seed,
         )
-        return SimReplica(config, engine)
+        start = self.profile.start
+        if start is None:
+            return SimReplica(config, engine, 0.0, f"sim profile {self.profile.name} states no "
+                              "server start time: starts are not charged")
+        return SimReplica(config, engine, start.seconds,
+                          f"sim profile {self.profile.name}: {start.source}")
 
     def describe(self) -> dict[str, Any]:
         return {

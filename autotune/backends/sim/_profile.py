@@ -36,6 +36,7 @@ __all__ = [
     "KvCache",
     "Profile",
     "RoutedExperts",
+    "ServerStart",
     "TableCost",
     "TableDraftCost",
     "known_drafters",
@@ -222,6 +223,14 @@ class KvCache(_Strict):
     block_size: int = Field(ge=1, description="KV block size in tokens (vLLM: 16).")
 
 
+class ServerStart(_Strict):
+    """What starting one server costs: launch to serving (weights loaded, graphs captured)."""
+
+    seconds: Seconds = Field(description="Seconds from launching the server to its first "
+                                         "healthy answer, on a warm node.")
+    source: str = Field(min_length=1, description="Where the figure comes from, in words.")
+
+
 class Profile(_Strict):
     """A target model on a hardware configuration, with the drafters it can use."""
 
@@ -233,6 +242,9 @@ class Profile(_Strict):
     cost: Annotated[AnalyticCost | TableCost, Field(discriminator="law")]
     kv_cache: KvCache
     drafters: dict[str, DrafterProfile]
+    start: ServerStart | None = Field(
+        default=None, description="Server start time and its source (absent: a start is "
+                                  "not charged, and the cost says so).")
     source: str = Field(default="", description="File the profile was read from (set on load).")
 
     @model_validator(mode="after")

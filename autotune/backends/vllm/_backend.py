@@ -146,6 +146,12 @@ class VllmReplica:
         self.options = options
         self.seed = seed
         self.startup_s = startup_s
+        #: the start this replica cost (autotune.backends.base.Replica)
+        self.start_s = startup_s if server is not None else 0.0
+        self.start_source = (
+            "measured: vLLM server process launch to /health answering 200"
+            if server is not None else
+            "attached server: started outside autotune, its start is not charged")
         self._prompts: SyntheticPrompts | None = None
         self._stopped = False
 
@@ -289,6 +295,7 @@ class VllmBackend:
         log_path = self.log_dir / f"{stamp}-{_slug(config.short())}-port{port}.log"
         argv = self.argv(config, port)
         server = ServerProcess(argv, server_env(self.serve), log_path)
+        launched = time.monotonic()
         try:
             server.launch()
         except OSError as e:
@@ -299,9 +306,9 @@ class VllmBackend:
         try:
             _log.info("started vLLM server pid %s for %s on %s (log %s)", server.pid,
                       config.short(), base_url, log_path)
-            startup_s = wait_healthy(server, client, base_url,
-                                     timeout_s=self.options.startup_timeout_s,
-                                     interval_s=self.options.health_interval_s)
+            wait_healthy(server, client, base_url, timeout_s=self.options.startup_timeout_s,
+                         interval_s=self.options.health_interval_s)
+            startup_s = time.monotonic() - launched  # process launch to a healthy server
             model, _ = endpoint.served_model()
             self._version = endpoint.version() or self._version
         except BaseException as e:

@@ -1,0 +1,107 @@
+"""The budget of a pass, kept in replica time so that it binds the same on every backend.
+
+The policy's ``budget`` bounds a pass three ways: trials per workload (each search counts its
+own), GPU-hours (``budget.gpu_hours``: every trial's server start and replayed traffic times
+the GPUs of a replica, :mod:`autotune.cost`) and time (``budget.wall_clock``). Time is
+replica time: the busiest replica's summed trial costs, which on the simulator are simulated
+seconds, so a simulated pass stops where real replicas would have to; real time elapsed
+counts too when it is more (a real engine's own overheads, a slow simulator).
+
+:class:`Ledger` is charged with every finished trial's cost and says, before a trial starts,
+why it must not (:meth:`Ledger.refusal`): the budget is spent, or the trial is predicted to
+overrun it. The prediction is the mean cost of the workload's finished trials (of the pass's,
+before the workload has one), with the trials in flight counted at their prediction too: a
+pass stops one trial early rather than one trial late, and it can overrun its budget only by
+how much the trials in flight cost more than predicted. A failed trial costs nothing here (its
+replica time is not measured); on real replicas the real time it took still counts.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from autotune.cost import CostTotal, TrialCost
+
+__all__ = ["Ledger"]
+
+
+@dataclass
+class Ledger:
+    """What a pass has spent, against ``gpu_hours`` (None: no limit) and ``wall_clock_s``, on
+    a pool of ``replicas`` replicas of ``gpus`` GPUs each. ``wall_clock`` is the budget as
+    the policy wrote it (for messages)."""
+
+    gpu_hours: float | None
+    wall_clock_s: float
+    replicas: int
+    gpus: int
+    wall_clock: str = ""
+    clock: Callable[[], float] = time.monotonic
+    spent: CostTotal = field(default_factory=CostTotal)
+    _t0: float = field(init=False)
+    _replica_s: dict[str, float] = field(init=False, default_factory=dict)
+    _by_workload: dict[str, CostTotal] = field(init=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._t0 = self.clock()
+
+    def charge(self, workload: str, replica: str | None, cost: TrialCost | None) -> None:
+        """Count a finished trial (``cost`` None: failed or unknown, counted as 0)."""
+        self.spent = self.spent.add(cost)
+        self._by_workload[workload] = self._by_workload.get(workload, CostTotal()).add(cost)
+        if cost is not None:
+            key = replica or "?"
+            self._replica_s[key] = self._replica_s.get(key, 0.0) + cost.replica_s
+
+    def elapsed_s(self) -> float:
+        """The pass's time so far: the busiest replica's replica time, or the real time
+        elapsed when that is more."""
+        return max(self.clock() - self._t0, max(self._replica_s.values(), default=0.0))
+
+    def _free_replica_s(self) -> float:
+        """When the next trial can start, in replica time: the least busy replica's clock
+        (0 while a replica has run nothing)."""
+        clocks = sorted(self._replica_s.values())
+        free = 0.0 if len(clocks) < self.replicas else clocks[0]
+        return max(free, self.clock() - self._t0)
+
+    def predicted(self, workload: str) -> TrialCost | None:
+        """The cost the next trial of ``workload`` is expected to have (None: no trial has
+        finished yet to predict it from)."""
+        done = self._by_workload.get(workload)
+        base = done if done is not None and done.trials else self.spent
+        if not base.trials:
+            return None
+        return TrialCost(base.start_s / base.trials, base.replay_s / base.trials, self.gpus)
+
+    def refusal(self, workload: str, in_flight: Iterable[str] = ()) -> str | None:
+        """Why the next trial of ``workload`` must not start (None: it may). ``in_flight``:
+        the workloads of the trials running now, counted at their predicted cost."""
+        if self.elapsed_s() >= self.wall_clock_s:
+            return (f"budget.wall_clock ({self.wall_clock}) spent: {_hours(self.elapsed_s())} "
+                    "of replica time")
+        if self.gpu_hours is not None and self.spent.gpu_h >= self.gpu_hours:
+            return (f"budget.gpu_hours ({self.gpu_hours:g}) spent: "
+                    f"{self.spent.gpu_h:.3g} GPU-h after {self.spent.trials} trials")
+        nxt = self.predicted(workload)
+        if nxt is None:
+            return None
+        pending = sum((c.gpu_h for c in map(self.predicted, in_flight) if c is not None), 0.0)
+        if self.gpu_hours is not None and \
+                self.spent.gpu_h + pending + nxt.gpu_h > self.gpu_hours:
+            return (f"budget.gpu_hours ({self.gpu_hours:g}) would be overrun: "
+                    f"{self.spent.gpu_h:.3g} GPU-h spent"
+                    + (f", {pending:.3g} in flight" if pending else "")
+                    + f", and a trial of {workload} costs about {nxt.gpu_h:.3g} GPU-h "
+                    "(the mean of its trials so far)")
+        if self._free_replica_s() + nxt.replica_s > self.wall_clock_s:
+            return (f"budget.wall_clock ({self.wall_clock}) would be overrun: a replica is free "
+                    f"after {_hours(self._free_replica_s())} of replica time and a trial of "
+                    f"{workload} takes about {_hours(nxt.replica_s)}")
+        return None
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.3g} h" if seconds >= 3600 else f"{seconds / 60:.3g} min"

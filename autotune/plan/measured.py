@@ -1,0 +1,119 @@
+"""A config's measured capacity as a plan uses it: requests per second one replica serves
+within the SLO, with its interval, read from a trial's metrics.
+
+A capacity reading (``autotune.orchestrate.capacity``) keeps the fastest rate that met the SLO
+(``load_scale``, × the replayed sample's rate) and, when it read one, the slowest that missed
+(``capacity_high_scale``): the true capacity lies between them. A reading without the missed
+rate (older rows) puts it within :data:`~autotune.slo.RESOLUTION` above the rate met, where the
+search stops refining. ``capacity_sustained`` says whether the rate met was a sustained rate or
+a burst the replica drained (absent on older rows: unknown, and the plan says so).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from autotune.objective import Outcome
+from autotune.slo import RESOLUTION
+from autotune.types import TrialConfig
+
+__all__ = ["MeasuredCapacity", "capacity_of", "outcome_of", "replayed_scales"]
+
+
+def _num(metrics: Mapping[str, Any], key: str) -> float | None:
+    v = metrics.get(key)
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        return None
+    return float(v)
+
+
+def replayed_scales(metrics: Mapping[str, Any]) -> list[float]:
+    """Every rate a trial's replays ran at (× the sample's rate): ``replay{i}_scale``."""
+    out = [v for k in metrics if k.startswith("replay") and k.endswith("_scale")
+           if (v := _num(metrics, k)) is not None]
+    scale = _num(metrics, "load_scale")
+    return out + ([scale] if scale is not None else [])
+
+
+def outcome_of(metrics: Mapping[str, Any], value: float | None = None) -> Outcome:
+    """A stored reading (a trial's ``metrics``) as the :class:`~autotune.objective.Outcome`
+    the SLO rules read."""
+    constraints = metrics.get("constraints") or {}
+    return Outcome(value=value if value is not None else 0.0,
+                   constraints={str(k): float(v) for k, v in constraints.items()
+                                if isinstance(v, int | float)},
+                   summary=dict(metrics))
+
+
+@dataclass(frozen=True)
+class MeasuredCapacity:
+    """One config's capacity (requests/s per replica) and what it rests on.
+
+    ``low_per_s`` is the fastest rate measured to meet the SLO, ``high_per_s`` the slowest
+    measured to miss it (``high_measured``) or, without one, ``low_per_s`` × (1 +
+    :data:`~autotune.slo.RESOLUTION`). ``covered_per_s`` is the fastest rate any reading of
+    the traffic ran at. ``readings`` are every reading of the config (for the probability the
+    SLO holds); ``sample_rate_per_s`` is the rate the readings' scales multiply.
+    """
+
+    config: TrialConfig
+    trial_id: int | None
+    low_per_s: float
+    high_per_s: float
+    high_measured: bool
+    sustained: bool | None
+    covered_per_s: float
+    sample_rate_per_s: float
+    readings: tuple[Outcome, ...]
+
+    @property
+    def trusted(self) -> str:
+        """Why the capacity cannot carry a plan as it stands ("" when it can)."""
+        if self.sustained is False:
+            return ("the rate credited was a burst the replica drained, not a rate it "
+                    "sustains: the capacity is overstated")
+        if self.sustained is None:
+            return ("the reading predates the sustained-rate check: whether it was sustained "
+                    "is unknown")
+        return ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"config": self.config.as_dict(), "trial_id": self.trial_id,
+                "capacity_low_per_s": self.low_per_s, "capacity_high_per_s": self.high_per_s,
+                "capacity_high_measured": self.high_measured, "sustained": self.sustained,
+                "covered_per_s": self.covered_per_s,
+                "sample_rate_per_s": self.sample_rate_per_s, "readings": len(self.readings)}
+
+
+def capacity_of(config: TrialConfig, metrics: Mapping[str, Any], sample_rate_per_s: float, *,
+                trial_id: int | None = None, readings: Sequence[Mapping[str, Any]] = (),
+                covered: Sequence[Mapping[str, Any]] = ()) -> MeasuredCapacity | str:
+    """The capacity ``metrics`` (a trial's) measured, or why it measured none (a string).
+
+    ``readings``: every reading of the config (``metrics`` itself when empty); ``covered``:
+    the metrics of every reading of the same traffic, whose replays say which rates were read.
+    """
+    low = _num(metrics, "load_scale")
+    met = _num(metrics, "capacity_met_slo")
+    if low is None or met is None:
+        return ("no capacity reading (replay.mode closed or replay.find_capacity false): the "
+                "rate one replica serves was not measured")
+    if not met or low <= 0:
+        return (f"meets the SLO at no rate measured (down to {low:.3g}× the sample's rate): "
+                "no replica count serves it")
+    high = _num(metrics, "capacity_high_scale")
+    high_measured = high is not None and high > low
+    if not high_measured:
+        high = low * (1 + RESOLUTION)
+    assert high is not None
+    sustained_v = _num(metrics, "capacity_sustained")
+    sustained = None if sustained_v is None else sustained_v >= 0.5
+    scales = [s for m in (*covered, metrics) for s in replayed_scales(m)]
+    return MeasuredCapacity(
+        config=config, trial_id=trial_id, low_per_s=low * sample_rate_per_s,
+        high_per_s=high * sample_rate_per_s, high_measured=high_measured, sustained=sustained,
+        covered_per_s=max(scales) * sample_rate_per_s, sample_rate_per_s=sample_rate_per_s,
+        readings=tuple(outcome_of(m) for m in (readings or [metrics])))

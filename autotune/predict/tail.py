@@ -1,0 +1,471 @@
+"""The SLO's tail at a rate: what p99 TTFT and p99 ITL a reading will measure, as a distribution.
+
+For a config and an arrival rate (× the sample's; the concurrency in a closed loop) the
+:class:`TailModel` predicts the p99 TTFT and p99 ITL one reading measures, as a median with an
+interval and the chance each meets its bound. Three layers, each a mechanism:
+
+1. **Physics** (the replica model, :mod:`autotune.predict.replica`, with the step cost and
+   factors the predictor fitted). The ITL gaps are a mixture: decode-only steps, whose time
+   grows with the decoding batch at each moment of the replay, and steps that carry a prefill
+   chunk, which last longer and stall every sequence decoding beside them. How many gaps are
+   stalled follows from the prompts, the arrival rate, ``max_num_batched_tokens`` and the
+   batch (each busy period of the prefill queue packs its prompts into full-budget chunks plus
+   one partial chunk). The TTFT is each request's queue wait and its own prefill.
+2. **Sampling** (:func:`_p99_cdf`). A measured p99 is an order statistic: over n gaps it
+   exceeds x when more than 1% of them do. The count above x is a sum of plain gaps, each
+   over x on its own, and stalled gaps, which come in clusters (one chunk step stalls the
+   whole decoding batch at once), so its variance is the plain count plus the batch × the
+   stalled count. Where the p99 sits between the plain steps and the stalls (the stalls are
+   about 1% of the gaps), whether a few chunk steps land among the gaps read decides it, and
+   the distribution is wide and two-humped; where it sits inside one population it is narrow.
+3. **Calibration** (:class:`_Residual`). What the physics still gets wrong is learned from every
+   reading of every rate the runs made (each trial reads several rates): the log ratio of
+   each measured p99 to the physics' median, with the sampling spread of step 2 as its known
+   noise, is a Gaussian process: a workload-wide offset, a trend in log rate, a per-config
+   effect, a reading-to-reading nugget, and an error in where the knee is — the model's
+   capacity off by a log factor (workload-wide and per config), which a reading feels through
+   the physics' elasticity d log p99 / d log rate there (near saturation a p99 moves many times
+   faster than the rate, far below it hardly at all). The three sizes are chosen by maximum
+   marginal likelihood under a log-normal prior. Its posterior scales every gap (or TTFT) of
+   the physics; the
+   predictive distribution integrates over it (Gauss-Hermite), so its spread shrinks as
+   readings come in, and a config already read is known better than one that was not.
+
+It reads measurements only (:class:`TailReading`: a reading's rate and its two p99s), never a
+backend.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from autotune.predict.numerics import count_le, weighted_quantile
+from autotune.predict.replica import latency, measured_ttft
+from autotune.predict.steady_state import solve_steady_state
+from autotune.predict.step_cost import UNKNOWN_HARDWARE_SD, StepCostModel
+from autotune.predict.workload import ConfigGrid, ReplicaFactors, WorkloadModel
+from autotune.slo import SLO_QUANTILE
+from autotune.types import Slo, TrialConfig
+
+__all__ = ["TAILS", "TailForecast", "TailModel", "TailReading", "replay_tail_keys",
+           "tail_readings"]
+
+FloatArray = npt.NDArray[np.float64]
+
+#: The two tails an SLO bounds, by the summary key of their p99 (ms).
+TAILS = ("itl_p99_ms", "ttft_p99_ms")
+#: Prior sd (log) of the calibration's workload-wide offset and of its trend per unit log rate,
+#: on hardware the facts describe (widened by UNKNOWN_HARDWARE_SD where they do not).
+_OFFSET_SD, _TREND_SD = 0.5, 0.25
+#: The log-normal prior of the per-config and reading-to-reading error sizes: median, sd (log).
+_SIZE_PRIOR = (0.1, 1.0)
+_SIZES = np.geomspace(0.01, 1.0, 9)
+#: Gauss-Hermite nodes over the calibration's posterior, and points of the p99's x grid.
+_NODES, _POINTS = 9, 240
+#: The slowest share of gaps (requests) whose make-up says which part of the tail the p99 is.
+_NEAR_P99 = 0.02
+#: The step in log rate the physics' elasticity is read over, and its cap.
+_ELASTICITY_STEP, _MAX_ELASTICITY = 0.1, 20.0
+#: What an unbounded step or wait (an unstable queue) counts as (s).
+_UNBOUNDED_S = 1e6
+#: A reading's sampling sd (log) is at least this (a p99 printed to the millisecond, drift).
+_MIN_SAMPLING_SD = 0.01
+
+
+def replay_tail_keys(i: int) -> tuple[str, str]:
+    """The summary keys of reading i's p99s (``replay{i}_itl_p99_ms``, ``replay{i}_ttft_p99_ms``),
+    written by the capacity reading next to its decode aggregates."""
+    return f"replay{i}_itl_p99_ms", f"replay{i}_ttft_p99_ms"
+
+
+@dataclass(frozen=True)
+class TailReading:
+    """One reading's measured p99s (ms; NaN: not measured) at ``scale`` × the sample's rate
+    (a closed loop's readings all have the policy's scale)."""
+
+    config: TrialConfig
+    scale: float
+    itl_p99_ms: float
+    ttft_p99_ms: float
+
+    def value(self, tail: str) -> float:
+        return self.itl_p99_ms if tail == "itl_p99_ms" else self.ttft_p99_ms
+
+
+def _num(summary: Mapping[str, Any], key: str) -> float:
+    v = summary.get(key)
+    return float(v) if isinstance(v, int | float) and math.isfinite(v) and v > 0 else math.nan
+
+
+def tail_readings(config: TrialConfig, summary: Mapping[str, Any], target: float,
+                  max_replays: int = 16) -> tuple[TailReading, ...]:
+    """Every reading of a trial's summary with p99s: each ``replay{i}`` of a capacity reading
+    that recorded them (:func:`replay_tail_keys`), else the kept reading (at ``load_scale``)
+    and the reading at the rate to serve (``target``, the ``target_*`` p99s); without a
+    capacity reading, the one replay at ``target``."""
+    out: dict[float, TailReading] = {}
+    for i in range(max_replays):
+        scale = _num(summary, f"replay{i}_scale")
+        if not math.isfinite(scale):
+            break
+        itl, ttft = (_num(summary, k) for k in replay_tail_keys(i))
+        if math.isfinite(itl) or math.isfinite(ttft):
+            out[scale] = TailReading(config, scale, itl, ttft)
+    if out:
+        return tuple(out[s] for s in sorted(out))
+    kept = _num(summary, "load_scale")
+    if not math.isfinite(kept):
+        kept = target
+    out[kept] = TailReading(config, kept, _num(summary, "itl_p99_ms"),
+                            _num(summary, "ttft_p99_ms"))
+    at_target = TailReading(config, target, _num(summary, "target_itl_p99_ms"),
+                            _num(summary, "target_ttft_p99_ms"))
+    if target not in out and (math.isfinite(at_target.itl_p99_ms)
+                              or math.isfinite(at_target.ttft_p99_ms)):
+        out[target] = at_target
+    return tuple(out[s] for s in sorted(out))
+
+
+@dataclass(frozen=True)
+class _Physics:
+    """The replica model's tail of K (config, rate) rows."""
+
+    durations: FloatArray   # (K, M) step durations (s)
+    weights: FloatArray     # (K, M) gaps lasting each
+    stall_from: int         # columns from here on stall the decoding batch together
+    cluster: FloatArray     # (K,) gaps one chunk step stalls: the decoding batch, >= 1
+    ttft: FloatArray        # (K, N) measured requests' TTFT (s)
+    wait: FloatArray        # (K, N) the part of it spent waiting (slot, prefill queue)
+    feasible: npt.NDArray[np.bool_]
+
+    def share(self, tail: str) -> FloatArray:
+        """Per row, the share of the p99's neighbourhood (the slowest :data:`_NEAR_P99` of the
+        gaps or requests) owed to the second part of the tail: stalled gaps among the ITL
+        gaps, waiting in the TTFT."""
+        if tail == "itl_p99_ms":
+            d, w = self.durations, np.maximum(self.weights, 0.0)
+            edge = weighted_quantile(d, w, 1.0 - _NEAR_P99)[:, None]
+            near = w * (d >= edge)
+            stalled = near[:, self.stall_from:].sum(axis=1)
+            return stalled / np.maximum(near.sum(axis=1), 1e-12)
+        edge = np.quantile(self.ttft, 1.0 - _NEAR_P99, axis=1)[:, None]
+        near = self.ttft >= edge
+        share = np.clip(self.wait / np.maximum(self.ttft, 1e-12), 0.0, 1.0)
+        out: FloatArray = (share * near).sum(axis=1) / np.maximum(near.sum(axis=1), 1)
+        return out
+
+
+def _physics(wl: WorkloadModel, configs: Sequence[TrialConfig], scales: FloatArray,
+             cost: StepCostModel, factors: ReplicaFactors) -> _Physics:
+    grid = ConfigGrid.of(configs)
+    closed = wl.mode == "closed"
+    st = solve_steady_state(wl, grid, cost, factors, None if closed else scales * wl.base_rate)
+    lat = latency(wl, grid, cost, factors, st, scales)
+    # an unstable queue's steps and waits are unbounded: a large finite time keeps the counts
+    # well defined (such a row misses every bound)
+    return _Physics(_finite(lat.durations), _finite(lat.weights), lat.stall_from,
+                    np.maximum(_finite(st.b), 1.0), _finite(measured_ttft(wl, grid, lat, st)),
+                    _finite(measured_ttft(wl, grid, lat, st, wait=True)), lat.feasible)
+
+
+def _finite(values: FloatArray) -> FloatArray:
+    out: FloatArray = np.nan_to_num(values, nan=0.0, posinf=_UNBOUNDED_S, neginf=0.0)
+    return out
+
+
+def _weight_above(values: FloatArray, weights: FloatArray, x: FloatArray) -> FloatArray:
+    """Per row, the weight of ``values`` above each of ``x`` (K, X)."""
+    order = np.argsort(values, axis=1)
+    v = np.take_along_axis(values, order, axis=1)
+    cum = np.concatenate([np.zeros((v.shape[0], 1)),
+                          np.cumsum(np.take_along_axis(weights, order, axis=1), axis=1)], axis=1)
+    idx = count_le(v, x)
+    below = np.take_along_axis(cum, idx, axis=1)
+    out: FloatArray = cum[:, -1:] - below
+    return out
+
+
+def _p99_cdf(tail: str, ph: _Physics, x: FloatArray) -> FloatArray:
+    """P(measured p99 <= x) (x in s, (K, X)) with the physics' gaps or TTFTs as they are:
+    the count above x against the 1% allowed, a normal approximation whose variance counts
+    the stalled gaps' clusters (see the module doc)."""
+    from scipy.special import ndtr
+
+    if tail == "itl_p99_ms":
+        d, w, s = ph.durations, np.maximum(ph.weights, 0.0), ph.stall_from
+        plain = _weight_above(d[:, :s], w[:, :s], x)
+        stalled = _weight_above(d[:, s:], w[:, s:], x) if d.shape[1] > s else 0.0 * plain
+        n = w.sum(axis=1, keepdims=True)
+        mean, var = plain + stalled, plain + ph.cluster[:, None] * stalled
+    else:
+        t = ph.ttft
+        mean = var = _weight_above(t, np.ones_like(t), x)
+        n = np.full((t.shape[0], 1), float(t.shape[1]))
+    allowed = (1.0 - SLO_QUANTILE) * n
+    out: FloatArray = ndtr((allowed + 0.5 - mean) / np.sqrt(var + 0.25))
+    return out
+
+
+@dataclass(frozen=True)
+class _Spread:
+    """The physics' predictive p99 of each row at a log-normal residual scale N(mean, var)."""
+
+    log_x: FloatArray  # (K, X) grid of log p99 (s)
+    cdf: FloatArray    # (K, X) P(measured p99 <= exp(log_x))
+
+    def quantile(self, q: float) -> FloatArray:
+        out = np.empty(self.cdf.shape[0])
+        for k in range(out.size):
+            f = np.maximum.accumulate(self.cdf[k]) + 1e-12 * np.arange(self.cdf.shape[1])
+            out[k] = float(np.interp(q, f, self.log_x[k]))
+        return out
+
+    def at(self, log_x: float) -> FloatArray:
+        out = np.empty(self.cdf.shape[0])
+        for k in range(out.size):
+            out[k] = float(np.interp(log_x, self.log_x[k], self.cdf[k], left=0.0, right=1.0))
+        return out
+
+
+def _spread(tail: str, ph: _Physics, mean: FloatArray, var: FloatArray) -> _Spread:
+    """The measured p99's distribution when every gap (or TTFT) is scaled by exp(r),
+    r ~ N(mean, var) per row: the sampling CDF averaged over Gauss-Hermite nodes of r."""
+    values = ph.durations if tail == "itl_p99_ms" else ph.ttft
+    positive = np.where(values > 0, values, np.nan)
+    sd = np.sqrt(var)
+    lo = np.log(np.nanmin(positive, axis=1)) + mean - 4.0 * sd - 0.7
+    hi = np.log(np.nanmax(positive, axis=1)) + mean + 4.0 * sd + 0.7
+    lo, hi = np.nan_to_num(lo, nan=-12.0), np.nan_to_num(hi, nan=0.0)
+    log_x = lo[:, None] + (hi - lo)[:, None] * np.linspace(0.0, 1.0, _POINTS)[None, :]
+    nodes, weights = np.polynomial.hermite_e.hermegauss(_NODES)
+    weights = weights / weights.sum()
+    cdf = np.zeros_like(log_x)
+    for z, pi in zip(nodes, weights, strict=True):
+        r = mean + sd * z
+        cdf += pi * _p99_cdf(tail, ph, np.exp(log_x - r[:, None]))
+    return _Spread(log_x, cdf)
+
+
+@dataclass(frozen=True)
+class _Sites:
+    """Where readings (or forecasts) sit for the calibration: the config, the log rate
+    (centred) and the physics' elasticity d log p99 / d log rate there."""
+
+    configs: tuple[TrialConfig, ...]
+    z: FloatArray
+    slope: FloatArray
+    share: FloatArray  # the p99's share owed to stalls (ITL) or waiting (TTFT): _Physics.share
+
+    def same(self, other: _Sites) -> FloatArray:
+        return np.asarray([[a == b for b in other.configs] for a in self.configs],
+                          dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class _Sizes:
+    """The calibration's error sizes (log sd): per config, per reading (the nugget), and of
+    the model's knee (its capacity's log error, carried into a p99 by its elasticity)."""
+
+    config: float
+    nugget: float
+    knee: float
+    offset: float = _OFFSET_SD
+
+    def cross(self, a: _Sites, b: _Sites) -> FloatArray:
+        """Covariance of the log residuals at ``a`` and ``b`` (the nugget excluded)."""
+        same = a.same(b)
+        parts = np.outer(a.share, b.share) + np.outer(1.0 - a.share, 1.0 - b.share)
+        out: FloatArray = (self.offset**2 * parts + _TREND_SD**2 * np.outer(a.z, b.z)
+                           + self.config**2 * same
+                           + self.knee**2 * np.outer(a.slope, b.slope) * (1.0 + same))
+        return out
+
+
+@dataclass(frozen=True)
+class _Residual:
+    """The calibration of one tail: log(measured / physics median) as a Gaussian process over
+    readings — a workload-wide offset, a trend in log rate, a per-config effect, an error in
+    where the knee is (workload-wide and per config; a reading feels it by the physics'
+    elasticity there: near saturation a p99 moves many times faster than the rate) and a
+    reading-to-reading nugget — with each reading's sampling variance as its own known noise.
+    Predicts a new reading's residual (mean, variance)."""
+
+    sites: _Sites
+    centre: float
+    alpha: FloatArray      # K⁻¹ e
+    chol: FloatArray       # Cholesky factor of K
+    sizes: _Sizes
+
+    @classmethod
+    def fit(cls, configs: Sequence[TrialConfig], log_rate: FloatArray, slope: FloatArray,
+            share: FloatArray, error: FloatArray, noise_var: FloatArray,
+            offset: float = _OFFSET_SD) -> _Residual:
+        centre = float(log_rate.mean()) if log_rate.size else 0.0
+        sites = _Sites(tuple(configs), log_rate - centre, slope, share)
+        median, prior_sd = _SIZE_PRIOR
+        best: tuple[float, _Sizes] | None = None
+        for config in _SIZES:
+            for nugget in _SIZES:
+                for knee in _SIZES:
+                    sizes = _Sizes(float(config), float(nugget), float(knee), offset)
+                    cov = sizes.cross(sites, sites) + np.diag(nugget**2 + noise_var)
+                    try:
+                        chol = np.linalg.cholesky(cov)
+                    except np.linalg.LinAlgError:
+                        continue
+                    a = np.linalg.solve(chol, error)
+                    score = (-0.5 * float(a @ a) - float(np.log(np.diag(chol)).sum())
+                             - 0.5 * sum((math.log(v / median) / prior_sd) ** 2
+                                         for v in (config, nugget, knee)))
+                    if best is None or score > best[0]:
+                        best = (score, sizes)
+        sizes = best[1] if best is not None else _Sizes(median, median, median, offset)
+        if not error.size:
+            return cls(sites, centre, np.zeros(0), np.zeros((0, 0)), sizes)
+        chol = np.linalg.cholesky(sizes.cross(sites, sites)
+                                  + np.diag(sizes.nugget**2 + noise_var))
+        alpha: FloatArray = np.linalg.solve(chol.T, np.linalg.solve(chol, error))
+        return cls(sites, centre, alpha, np.asarray(chol, dtype=np.float64), sizes)
+
+    def predict(self, configs: Sequence[TrialConfig], log_rate: FloatArray,
+                slope: FloatArray, share: FloatArray) -> tuple[FloatArray, FloatArray]:
+        """Mean and variance of a new reading's log residual at each (config, log rate)."""
+        at = _Sites(tuple(configs), log_rate - self.centre, slope, share)
+        prior = np.diag(self.sizes.cross(at, at)) + self.sizes.nugget**2
+        if not self.sites.configs:
+            return np.zeros(len(configs)), prior
+        cross = self.sizes.cross(at, self.sites)
+        mean: FloatArray = cross @ self.alpha
+        v = np.linalg.solve(self.chol, cross.T)
+        var: FloatArray = np.maximum(prior - (v * v).sum(axis=0), self.sizes.nugget**2)
+        return mean, var
+
+
+@dataclass(frozen=True)
+class TailForecast:
+    """Per (config, rate) row: the p99s a reading will measure (ms) — median and the
+    interval of ``level`` — and the chance each, and both, meet the SLO's bounds (1 where the
+    SLO has no such bound)."""
+
+    configs: tuple[TrialConfig, ...]
+    scales: FloatArray
+    level: float
+    median: Mapping[str, FloatArray]
+    low: Mapping[str, FloatArray]
+    high: Mapping[str, FloatArray]
+    chance: Mapping[str, FloatArray]
+
+    @property
+    def chance_met(self) -> FloatArray:
+        """The chance both tails meet their bounds (the two taken as independent)."""
+        out: FloatArray = np.prod(np.vstack([self.chance[t] for t in TAILS]), axis=0)
+        return out
+
+
+class TailModel:
+    """The tail's predictive distribution for one workload (see the module doc), fitted to
+    ``readings`` on the replica model with the predictor's fitted ``cost`` and ``factors``."""
+
+    def __init__(self, workload: WorkloadModel, cost: StepCostModel, factors: ReplicaFactors,
+                 slo: Slo, residuals: Mapping[str, _Residual]) -> None:
+        self.workload, self.cost, self.factors, self.slo = workload, cost, factors, slo
+        self.residuals = residuals
+
+    @classmethod
+    def fit(cls, workload: WorkloadModel, cost: StepCostModel, factors: ReplicaFactors,
+            slo: Slo, readings: Sequence[TailReading]) -> TailModel:
+        """Calibrate both tails on ``readings`` (those the physics can replay)."""
+        rows = list(readings)
+        configs = [r.config for r in rows]
+        scale = _scales(workload, rows)
+        medians = _physics_medians(workload, configs, scale, cost, factors) if rows else None
+        residuals: dict[str, _Residual] = {}
+        for tail in TAILS:
+            keep, error, noise = [], [], []
+            if medians is not None:
+                med, q16, q84, _, _ = medians[tail]
+                for i, r in enumerate(rows):
+                    y = r.value(tail)
+                    if math.isfinite(y) and y > 0 and np.isfinite([med[i], q16[i], q84[i]]).all():
+                        keep.append(i)
+                        error.append(math.log(y / 1000.0) - med[i])
+                        noise.append(max((q84[i] - q16[i]) / 2.0, _MIN_SAMPLING_SD) ** 2)
+            slope, share = ((medians[tail][3][keep], medians[tail][4][keep])
+                            if medians is not None else (np.zeros(0), np.zeros(0)))
+            residuals[tail] = _Residual.fit(
+                [configs[i] for i in keep], np.log(scale[keep]), slope, share,
+                np.asarray(error), np.asarray(noise),
+                offset=_OFFSET_SD * (1.0 if cost.facts.hardware.known else UNKNOWN_HARDWARE_SD))
+        return cls(workload, cost, factors, slo, residuals)
+
+    def predict(self, configs: Sequence[TrialConfig], scales: Sequence[float],
+                level: float = 0.9) -> TailForecast:
+        """The forecast of a reading of each ``configs[i]`` at ``scales[i]`` × the sample's
+        rate (ignored in a closed loop)."""
+        rows = [TailReading(c, float(s), math.nan, math.nan)
+                for c, s in zip(configs, scales, strict=True)]
+        scale = _scales(self.workload, rows)
+        ph = _physics(self.workload, list(configs), scale, self.cost, self.factors)
+        slopes = _elasticity(self.workload, list(configs), scale, self.cost, self.factors, ph)
+        tail_q = (1.0 - level) / 2.0
+        median, low, high, chance = {}, {}, {}, {}
+        for tail in TAILS:
+            mean, var = self.residuals[tail].predict(list(configs), np.log(scale),
+                                                     slopes[tail], ph.share(tail))
+            spread = _spread(tail, ph, mean, var)
+            median[tail] = np.exp(spread.quantile(0.5)) * 1000.0
+            low[tail] = np.exp(spread.quantile(tail_q)) * 1000.0
+            high[tail] = np.exp(spread.quantile(1.0 - tail_q)) * 1000.0
+            bound = getattr(self.slo, tail)
+            chance[tail] = (np.ones(len(rows)) if bound is None
+                            else spread.at(math.log(bound / 1000.0)))
+        return TailForecast(tuple(configs), scale, level, median, low, high, chance)
+
+
+def _physics_medians(wl: WorkloadModel, configs: Sequence[TrialConfig], scale: FloatArray,
+                     cost: StepCostModel, factors: ReplicaFactors
+                     ) -> dict[str, tuple[FloatArray, ...]]:
+    """Per tail, the physics' log median p99 (s), its 16th and 84th percentiles (sampling
+    alone), its elasticity and the p99's share owed to stalls or waiting (:meth:`_Physics.share`)
+    at each (config, rate)."""
+    ph = _physics(wl, configs, scale, cost, factors)
+    slopes = _elasticity(wl, configs, scale, cost, factors, ph)
+    zero = np.zeros(len(configs))
+    out: dict[str, tuple[FloatArray, ...]] = {}
+    for tail in TAILS:
+        spread = _spread(tail, ph, zero, zero)
+        out[tail] = (spread.quantile(0.5), spread.quantile(0.16), spread.quantile(0.84),
+                     slopes[tail], ph.share(tail))
+    return out
+
+
+def _elasticity(wl: WorkloadModel, configs: Sequence[TrialConfig], scale: FloatArray,
+                cost: StepCostModel, factors: ReplicaFactors, ph: _Physics
+                ) -> dict[str, FloatArray]:
+    """d log p99 / d log rate of the physics' median at each row (0 in a closed loop, whose
+    load is the concurrency), by a step of :data:`_ELASTICITY_STEP` in rate, at most
+    :data:`_MAX_ELASTICITY`."""
+    if wl.mode == "closed":
+        return {tail: np.zeros(len(configs)) for tail in TAILS}
+    faster = _physics(wl, configs, scale * math.exp(_ELASTICITY_STEP), cost, factors)
+    zero = np.zeros(len(configs))
+    out = {}
+    for tail in TAILS:
+        here = _spread(tail, ph, zero, zero).quantile(0.5)
+        there = _spread(tail, faster, zero, zero).quantile(0.5)
+        out[tail] = np.clip(np.nan_to_num((there - here) / _ELASTICITY_STEP), 0.0,
+                            _MAX_ELASTICITY)
+    return out
+
+
+def _scales(wl: WorkloadModel, rows: Sequence[TailReading]) -> FloatArray:
+    """Each reading's arrival scale (the policy's in a closed loop: one load per config)."""
+    if wl.mode == "closed":
+        return np.full(len(rows), wl.time_scale)
+    return np.asarray([r.scale for r in rows], dtype=np.float64)

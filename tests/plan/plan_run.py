@@ -1,0 +1,40 @@
+"""What the plan tests share: the sample, the CLI runner, and one quick sim pass."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from click.testing import CliRunner
+
+from autotune.cli import cli
+from autotune.policy import DEFAULT_POLICY_PATH
+from autotune.store import Store
+
+SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "small.jsonl"
+REPLAYED = 30  # replay.max_requests of the quick policy
+
+
+def run(*args: str | Path) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def quick_pass(tmp: Path, backend_args: tuple[str, ...] = ()) -> tuple[str, str]:
+    """One quick pass over examples/small.jsonl into a database under ``tmp``: (URL, run id)."""
+    data = yaml.safe_load(DEFAULT_POLICY_PATH.read_text())
+    data["budget"]["trials"] = 2
+    data["replay"]["max_requests"] = REPLAYED
+    data["replay"]["warmup_requests"] = 4
+    policy = tmp / "quick.yaml"
+    policy.write_text(yaml.safe_dump(data))
+    db = f"sqlite:///{tmp / 'autotune.db'}"
+    code, out, err = run("start", "--traffic", SAMPLE, "--policy", policy, "--db", db,
+                         "--once", "--export-dir", tmp / "exports", *backend_args)
+    assert code == 0, err
+    assert "plan: " in out
+    store = Store.open(db)
+    try:
+        return db, store.runs()[0].id
+    finally:
+        store.close()

@@ -1,0 +1,74 @@
+"""A pass on the simulator stores its plan with the run (the arrival times, the mixed sample's
+readings at capacity, the plan), and `autotune plan --run` makes it again from the database."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from plan_run import REPLAYED, SAMPLE, run
+
+from autotune.store import Store
+
+
+def test_the_pass_stores_the_mixed_readings_and_the_plan(tuned: tuple[str, str]) -> None:
+    db, run_id = tuned
+    store = Store.open(db)
+    try:
+        stored = store.plan(run_id)
+        recs = store.recommendations(run_id=run_id)
+    finally:
+        store.close()
+    assert stored is not None and stored.plan is not None
+    arrivals = stored.inputs["arrivals"]
+    assert set(arrivals) == {r.workload for r in recs}
+    counts: dict[str, int] = {}
+    for line in SAMPLE.read_text().splitlines():
+        name = json.loads(line)["workload"]
+        counts[name] = counts.get(name, 0) + 1
+    assert {k: len(v) for k, v in arrivals.items()} == {k: min(n, REPLAYED)
+                                                         for k, n in counts.items()}
+    # one reading of the mixed sample per distinct recommended config, each at capacity
+    assert len(stored.shared) == len({json.dumps(dict(r.config), sort_keys=True) for r in recs})
+    for reading in stored.shared:
+        assert reading["error"] is None
+        metrics = reading["metrics"]
+        assert metrics["load_scale"] > 0 and "capacity_met_slo" in metrics
+        # every workload's replayed requests together, the warm-up left out
+        assert metrics["requests"] == sum(len(v) for v in arrivals.values()) - 4
+    plan = stored.plan
+    assert plan["run"] == run_id and plan["split_or_shared"] is not None
+    assert [t["growth"] for t in plan["totals"]] == [1.0, 2.0, 4.0]
+
+
+def test_plan_run_makes_the_stored_plan_again_without_measuring(tuned: tuple[str, str]) -> None:
+    db, run_id = tuned
+    store = Store.open(db)
+    try:
+        trials_before = len(store.trials())
+        stored = store.plan(run_id)
+    finally:
+        store.close()
+    code, out, err = run("plan", "--run", run_id, "--db", db, "--format", "json")
+    assert code == 0, err
+    assert stored is not None and json.loads(out) == json.loads(json.dumps(stored.plan))
+    store = Store.open(db)
+    try:
+        assert len(store.trials()) == trials_before
+    finally:
+        store.close()
+    code, out, _ = run("plan", "--run", run_id, "--db", db, "--growth", "1,3")
+    assert code == 0 and "traffic × 3" in out and "GPUs saved" in out
+    assert "split or shared at × 3" in out
+
+
+@pytest.mark.parametrize(("args", "flag"), [(("--growth", "1,0"), "--growth"),
+                                            (("--growth", "two"), "--growth"),
+                                            (("--headroom", "-0.2"), "--headroom"),
+                                            (("--peak-window", "2h"), "--peak-window")])
+def test_bad_plan_settings_name_the_flag_and_print_nothing(tuned: tuple[str, str],
+                                                           args: tuple[str, str],
+                                                           flag: str) -> None:
+    db, run_id = tuned
+    code, out, err = run("plan", "--run", run_id, "--db", db, *args)
+    assert code == 2 and flag in err and out == ""

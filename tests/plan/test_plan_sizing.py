@@ -1,0 +1,82 @@
+"""Replicas for a rate at a measured capacity: the count, its flip inside the interval, the
+probability the SLO holds, and what lies outside the readings."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from autotune.plan import capacity_of, replicas_for, size_for
+from autotune.plan.measured import MeasuredCapacity
+from autotune.slo import RESOLUTION, Slo
+from autotune.types import TrialConfig
+
+CONFIG = TrialConfig(3, False, 64, 8192)
+SLO = Slo(ttft_p99_ms=3000, itl_p99_ms=60)
+
+
+def reading(low: float, high: float | None = None, sustained: float | None = 1.0,
+            scales: tuple[float, ...] = ()) -> dict[str, float]:
+    m = {"load_scale": low, "capacity_met_slo": 1.0}
+    if high is not None:
+        m["capacity_high_scale"] = high
+    if sustained is not None:
+        m["capacity_sustained"] = sustained
+    for i, s in enumerate(scales):
+        m[f"replay{i}_scale"] = s
+    return m
+
+
+def capacity(m: dict[str, float], rate: float = 2.0) -> MeasuredCapacity:
+    c = capacity_of(CONFIG, m, rate)
+    assert isinstance(c, MeasuredCapacity)
+    return c
+
+
+def test_replicas_cover_the_rate_with_headroom() -> None:
+    assert replicas_for(10.0, 5.0, 0.1) == 3  # 11 / 5
+    assert replicas_for(9.0, 5.0, 0.1) == 2  # 9.9 / 5
+    assert replicas_for(0.1, 5.0, 0.1) == 1
+
+
+def test_the_interval_comes_from_the_missed_rate_or_the_resolution() -> None:
+    c = capacity(reading(1.5, 1.8))
+    assert (c.low_per_s, c.high_per_s, c.high_measured) == (3.0, 3.6, True)
+    old = capacity(reading(1.5, sustained=None))  # a row from before the capacity keys
+    assert old.high_per_s == pytest.approx(3.0 * (1 + RESOLUTION)) and not old.high_measured
+    assert old.sustained is None and "unknown" in old.trusted
+    assert "burst" in capacity(reading(1.5, 1.8, sustained=0.0)).trusted
+    assert capacity(reading(1.5, 1.8)).trusted == ""
+
+
+def test_a_count_that_flips_inside_the_interval_says_so() -> None:
+    c = capacity(reading(1.0, 1.5, scales=(1.0, 2.0)))  # 2 to 3 req/s per replica
+    s = size_for(5.0, c, 0.1, 8, SLO)  # 5.5 / 2 -> 3 replicas; 5.5 / 3 -> 2
+    assert (s.replicas, s.replicas_if_high, s.gpus, s.gpus_if_high) == (3, 2, 24, 16)
+    assert s.flips and any("flips inside the interval" in n for n in s.notes())
+    steady = size_for(3.0, c, 0.1, 8, SLO)  # 3.3/2 -> 2 ; 3.3/3 -> 2
+    assert not steady.flips
+
+
+def test_the_slo_probability_falls_as_each_replica_nears_its_capacity() -> None:
+    c = capacity(reading(1.0, 1.2))  # 2 req/s per replica
+    light = size_for(2.0, c, 1.0, 8, SLO)  # 2 replicas at 1 req/s each
+    edge = size_for(1.99, c, 1e-6, 8, SLO)  # 1 replica at 1.99 req/s: at the capacity
+    assert light.replicas == 2 and edge.replicas == 1
+    assert light.probability is not None and edge.probability is not None
+    assert light.probability > 0.99 and 0.4 < edge.probability < 0.6
+
+
+def test_a_rate_faster_than_any_replay_lies_outside_what_was_measured() -> None:
+    c = capacity(reading(1.0, 1.5, scales=(1.0, 2.0, 1.5)))  # replays up to 4 req/s
+    assert not size_for(4.0, c, 0.1, 8, SLO).outside_measured
+    far = size_for(16.0, c, 0.1, 8, SLO)
+    assert far.outside_measured and any("outside what was measured" in n for n in far.notes())
+
+
+def test_no_capacity_says_why() -> None:
+    assert "no capacity reading" in str(capacity_of(CONFIG, {"goodput": 1.0}, 2.0))
+    missed = capacity_of(CONFIG, {"load_scale": 0.25, "capacity_met_slo": 0.0}, 2.0)
+    assert isinstance(missed, str) and "meets the SLO at no rate" in missed
+    assert math.isfinite(capacity(reading(1.0)).covered_per_s)

@@ -1,0 +1,152 @@
+"""The tail model: the sampling law of a measured p99 against a Monte Carlo of gaps drawn
+another way, a calibration whose intervals narrow with readings and follow the measured level,
+and the readings a trial's summary holds."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from autotune.acceptance import AcceptanceModel
+from autotune.predict import ConfigGrid, ReplicaFactors, StepCostModel, WorkloadModel
+from autotune.predict.facts import kimi_h200_facts
+from autotune.predict.replica import predict_replica
+from autotune.predict.tail import (
+    TailModel,
+    TailReading,
+    _p99_cdf,
+    _Physics,
+    replay_tail_keys,
+    tail_readings,
+)
+from autotune.types import Request, Slo, TrialConfig
+
+PLAIN_S, STALL_S, BOUND_S = 0.010, 0.100, 0.050
+GAPS = 2000
+
+
+def _mixture(stalled_share: float, cluster: float) -> _Physics:
+    """Gaps of a replay: plain 10 ms steps and 100 ms chunk steps, one chunk stalling
+    ``cluster`` gaps at once."""
+    stalled = stalled_share * GAPS
+    return _Physics(durations=np.asarray([[PLAIN_S, STALL_S]]),
+                    weights=np.asarray([[GAPS - stalled, stalled]]), stall_from=1,
+                    cluster=np.asarray([cluster]), ttft=np.zeros((1, 1)), wait=np.zeros((1, 1)),
+                    feasible=np.asarray([True]))
+
+
+def _monte_carlo(stalled_share: float, cluster: int, draws: int = 4000) -> float:
+    """Share of replays whose p99 gap meets the bound: chunk steps arrive as a Poisson count,
+    each stalls ``cluster`` gaps; the p99 is numpy's quantile of the gaps drawn."""
+    rng = np.random.default_rng(3)
+    met = 0
+    for _ in range(draws):
+        chunks = rng.poisson(stalled_share * GAPS / cluster)
+        stalled = min(chunks * cluster, GAPS)
+        gaps = np.concatenate([np.full(GAPS - stalled, PLAIN_S), np.full(stalled, STALL_S)])
+        met += float(np.quantile(gaps, 0.99)) <= BOUND_S
+    return met / draws
+
+
+@pytest.mark.parametrize("cluster", [1, 8, 32])
+@pytest.mark.parametrize("share", [0.004, 0.008, 0.010, 0.013, 0.02])
+def test_the_chance_a_p99_meets_its_bound_follows_how_stalls_land(share: float,
+                                                                  cluster: int) -> None:
+    chance = float(_p99_cdf("itl_p99_ms", _mixture(share, cluster),
+                            np.asarray([[BOUND_S]]))[0, 0])
+    assert chance == pytest.approx(_monte_carlo(share, cluster), abs=0.12)
+
+
+def test_clustered_stalls_make_a_verdict_near_the_edge_uncertain() -> None:
+    # the same 0.6% of gaps stalled: one by one they almost never push past 1%; in clusters
+    # of 32 (one chunk step stalls the whole batch) a single chunk does
+    alone = float(_p99_cdf("itl_p99_ms", _mixture(0.006, 1), np.asarray([[BOUND_S]]))[0, 0])
+    clustered = float(_p99_cdf("itl_p99_ms", _mixture(0.006, 32),
+                               np.asarray([[BOUND_S]]))[0, 0])
+    assert alone > 0.95
+    assert clustered < 0.85
+
+
+FACTS = kimi_h200_facts()
+COST = StepCostModel(FACTS)
+SLO = Slo(ttft_p99_ms=3000.0, itl_p99_ms=60.0)
+CONFIGS = [TrialConfig(n, False, s, t) for n in (1, 3) for s in (16, 64) for t in (2048, 8192)]
+
+
+def _workload() -> WorkloadModel:
+    rng = np.random.default_rng(5)
+    arrivals = np.cumsum(rng.exponential(0.25, 120))
+    reqs = [Request(id=str(i), prompt_tokens=int(rng.integers(200, 6000)),
+                    output_tokens=int(rng.integers(50, 400)), arrival_s=float(a),
+                    acceptance=(0.8,) * 4) for i, a in enumerate(arrivals)]
+    return WorkloadModel(reqs, AcceptanceModel.from_requests(reqs, 4), warmup=0, slo=SLO,
+                         kv_tokens=FACTS.kv_cache_tokens())
+
+
+def _readings(wl: WorkloadModel, configs: list[TrialConfig], scales: list[float],
+              bias: float) -> list[TailReading]:
+    """Readings of a world whose every step and wait is exp(bias) times the physics'."""
+    out = predict_replica(wl, ConfigGrid.of(configs), COST, ReplicaFactors(), "goodput",
+                          scale=np.asarray(scales))
+    return [TailReading(c, s, float(out.itl_p99_ms[i]) * math.exp(bias),
+                        float(out.ttft_p99_ms[i]) * math.exp(bias))
+            for i, (c, s) in enumerate(zip(configs, scales, strict=True))]
+
+
+def _width(model: TailModel, config: TrialConfig, scale: float) -> float:
+    fc = model.predict([config], [scale])
+    return float(np.log(fc.high["itl_p99_ms"][0] / fc.low["itl_p99_ms"][0]))
+
+
+def test_readings_move_the_forecast_to_the_measured_level_and_narrow_it() -> None:
+    wl = _workload()
+    bias = 0.4
+    scales = [0.5, 1.0, 2.0]
+    few = _readings(wl, CONFIGS[:1], scales[:1], bias)
+    many = _readings(wl, [c for c in CONFIGS[:3] for _ in scales],
+                     [s for _ in CONFIGS[:3] for s in scales], bias)
+    prior = TailModel.fit(wl, COST, ReplicaFactors(), SLO, [])
+    one = TailModel.fit(wl, COST, ReplicaFactors(), SLO, few)
+    nine = TailModel.fit(wl, COST, ReplicaFactors(), SLO, many)
+    unread, scale = CONFIGS[5], 1.0
+    physics = _readings(wl, [unread], [scale], 0.0)[0]
+    for model in (one, nine):
+        fc = model.predict([unread], [scale])
+        assert fc.median["itl_p99_ms"][0] > physics.itl_p99_ms * math.exp(bias / 2)
+        assert fc.low["ttft_p99_ms"][0] <= physics.ttft_p99_ms * math.exp(bias) \
+            <= fc.high["ttft_p99_ms"][0]
+    assert _width(nine, unread, scale) < _width(one, unread, scale) \
+        < _width(prior, unread, scale)
+    # a config read is known better than one that was not
+    assert _width(nine, CONFIGS[0], 1.0) <= _width(nine, unread, scale)
+
+
+def test_the_chance_to_meet_falls_as_the_bound_tightens() -> None:
+    wl = _workload()
+    model = TailModel.fit(wl, COST, ReplicaFactors(), SLO,
+                          _readings(wl, CONFIGS[:2], [1.0, 1.0], 0.0))
+    fc = model.predict([CONFIGS[2]], [1.0])
+    median = float(fc.median["itl_p99_ms"][0])
+    chances = []
+    for bound in (median / 2, median, median * 2):
+        tight = TailModel(wl, COST, ReplicaFactors(), Slo(itl_p99_ms=bound), model.residuals)
+        chances.append(float(tight.predict([CONFIGS[2]], [1.0]).chance_met[0]))
+    assert chances[0] < 0.25 < chances[1] < 0.75 < chances[2]
+
+
+def test_a_summary_gives_every_replay_with_p99s_else_the_kept_and_target_readings() -> None:
+    c = CONFIGS[0]
+    summary: dict[str, float] = {}
+    for i, (scale, itl, ttft) in enumerate([(0.5, 30.0, 400.0), (1.0, 45.0, 900.0),
+                                            (2.0, 80.0, 4000.0)]):
+        itl_key, ttft_key = replay_tail_keys(i)
+        summary.update({f"replay{i}_scale": scale, itl_key: itl, ttft_key: ttft})
+    got = tail_readings(c, summary, target=1.0)
+    assert [(r.scale, r.itl_p99_ms, r.ttft_p99_ms) for r in got] == [
+        (0.5, 30.0, 400.0), (1.0, 45.0, 900.0), (2.0, 80.0, 4000.0)]
+    old = {"load_scale": 1.5, "itl_p99_ms": 55.0, "ttft_p99_ms": 2000.0,
+           "target_itl_p99_ms": 40.0, "target_ttft_p99_ms": 800.0, "replay0_scale": 1.0}
+    got = tail_readings(c, old, target=1.0)
+    assert [(r.scale, r.itl_p99_ms) for r in got] == [(1.0, 40.0), (1.5, 55.0)]
