@@ -93,7 +93,9 @@ def run_trial(servers: Backend | Servers, config: TrialConfig, schedule: ReplayS
         else:
             m = metered.replay(schedule, progress)
         if schedule.output_check is not None and isinstance(replica, GreedyDecoder):
+            t0 = time.monotonic()  # only real engines decode: their time is wall time
             m = replace(m, outputs=replica.decode_greedily(schedule.output_check))
+            metered.busy_s += time.monotonic() - t0  # the check holds the replica too
     except BaseException:
         held.discard()
         raise

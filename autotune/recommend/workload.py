@@ -74,6 +74,7 @@ class WorkloadResult:
     feasibility: Feasibility | None = None
     race: Race | None = None  # against the runner-up: is the lead inside the replay noise?
     outputs: Mapping[str, Any] | None = None  # the recommended config's output check
+    flagged: tuple[str, ...] = ()  # every flagged trial: "#number config: reason"
 
     @property
     def outputs_flagged(self) -> bool:
@@ -87,8 +88,9 @@ class WorkloadResult:
 
 def recommend_workload(store: Store, policy: Policy, run_id: str, done: WorkloadTrials,
                        provenance: Mapping[str, Any], *, backend: str, export_dir: Path,
-                       seed: int) -> WorkloadResult:
-    """Store (and export when promoted) the recommendation of one workload's search."""
+                       seed: int, decodes_tokens: bool = False) -> WorkloadResult:
+    """Store (and export when promoted) the recommendation of one workload's search;
+    ``decodes_tokens``: the backend's replicas return tokens (their outputs are checked)."""
     slo = policy.objective.slo.slo()
     target = policy.replay.time_scale
     best = select_best(done.trials, target, slo)
@@ -100,9 +102,11 @@ def recommend_workload(store: Store, policy: Policy, run_id: str, done: Workload
                               f"every trial failed; see `autotune trials --run {run_id}`",
                               done.stop_reason)
     feasibility = judge_feasibility(policy, best)
-    checks = _record_output_checks(store, policy, done, backend)
+    checks = _record_output_checks(store, policy, done, backend, decodes_tokens)
     outputs = _config_check(checks, done, best)
     flagged = bool(outputs.get("flagged"))
+    flagged_trials = tuple(f"#{t.number} {t.config.short()}: {checks[t.number]['reason']}"
+                           for t in done.trials if checks.get(t.number, {}).get("flagged"))
     active = store.active_recommendation(done.workload)
     # The active config re-measured in this run, on this traffic, is what the best trial must
     # beat significantly (a measurement on older traffic is not comparable).
@@ -143,16 +147,17 @@ def recommend_workload(store: Store, policy: Policy, run_id: str, done: Workload
     export_path = export_promoted(export_dir, rec) if promoted else None
     return WorkloadResult(done.workload, len(done.trials), done.failed, rec, best.outcome,
                           base_outcome, export_path, promoted, rec.reason, done.stop_reason,
-                          feasibility, race, outputs)
+                          feasibility, race, outputs, flagged_trials)
 
 
-def _record_output_checks(store: Store, policy: Policy, done: WorkloadTrials,
-                          backend: str) -> dict[int, dict[str, Any]]:
+def _record_output_checks(store: Store, policy: Policy, done: WorkloadTrials, backend: str,
+                          decodes_tokens: bool) -> dict[int, dict[str, Any]]:
     """Every trial's output check (:mod:`autotune.recommend.outputs`), stored with the trial
     (``metrics["output_check"]``); keyed by trial number."""
     results = check_outputs(done.trials, policy.outputs.tie_margin)
-    why = ("outputs.prompts is 0 in the policy" if policy.outputs.prompts == 0 else
-           f"the {backend} backend decodes no tokens")
+    why = (f"the {backend} backend decodes no tokens" if not decodes_tokens else
+           "outputs.prompts is 0 in the policy" if policy.outputs.prompts == 0 else
+           "no greedy outputs were recorded with this trial")
     out: dict[int, dict[str, Any]] = {}
     for t in done.trials:
         if t.outcome is None:

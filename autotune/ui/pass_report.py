@@ -87,6 +87,7 @@ def pass_notes(results: Sequence[WorkloadResult]) -> list[str]:
             parts.append(f"exported to {r.export_path}")
         if parts:
             lines.append(f"{r.workload}: " + "; ".join(parts))
+        lines.extend(f"{r.workload}: outputs FLAGGED, trial {line}" for line in r.flagged)
     return lines
 
 

@@ -25,6 +25,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -35,6 +37,7 @@ from autotune.backends.vllm import create_vllm_backend
 from autotune.backends.vllm._outputs import decode_check
 from autotune.recommend.outputs import compare_outputs
 from autotune.types import GreedyOutput, OutputCheck, Request, ServeSpec, TrialConfig
+from bench.engine.oracle import machine
 from bench.engine.pairs import CI_PAIRS, build_pair, gsm8k_questions
 
 __all__ = ["margin_noise", "measure"]
@@ -98,8 +101,20 @@ def measure(pair_name: str, prompts: int, tokens: int, dtype: str | None,
                                default=math.nan),
         "against_reference": {k: _compare(v, ref, tie_margin)
                               for k, v in readings.items() if k != ref_name},
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "manifest": _manifest(),
     }
+
+
+def _manifest() -> dict[str, Any]:
+    """What re-scoring this result needs: when, where, from which commit, by which command."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                                check=False, cwd=Path(__file__).parent).stdout.strip()
+    except OSError:
+        commit = ""
+    return {"measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "machine": machine(), "commit": commit or None,
+            "command": ["python", "-m", "bench.engine.output_noise", *sys.argv[1:]]}
 
 
 def main(argv: list[str] | None = None) -> int:

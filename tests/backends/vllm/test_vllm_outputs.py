@@ -29,11 +29,13 @@ from autotune.cli import cli
 from autotune.orchestrate import TuneOptions, tune
 from autotune.policy import policy_from_mapping
 from autotune.store import Store
+from autotune.ui.pass_report import pass_notes
 from bench.engine.pairs import CI_PAIRS, build_pair
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
-PROMPTS = 8
+PROMPTS = 6  # the output check: 6 prompts x 16 tokens (the sample: 6 requests x 12 tokens)
+MAX_TOKENS = 16
 
 
 @pytest.fixture(scope="module")
@@ -57,9 +59,9 @@ def _policy(pair: Any) -> dict[str, Any]:
                       "slo": {"ttft_p99_ms": 600_000, "itl_p99_ms": 600_000}},
         "budget": {"trials": 2, "wall_clock": "30m", "max_retries": 0},
         "search": {"strategy": "grid"},
-        "replay": {"mode": "closed", "concurrency": 4, "max_requests": 8,
+        "replay": {"mode": "closed", "concurrency": 4, "max_requests": PROMPTS,
                    "warmup_requests": 1},
-        "outputs": {"prompts": PROMPTS, "max_tokens": 24},
+        "outputs": {"prompts": PROMPTS, "max_tokens": MAX_TOKENS},
     }
 
 
@@ -67,8 +69,8 @@ def _pass(tmp_path: Path, db: str, pair: Any, seed: int,
           backend_options: dict[str, Any]) -> Any:
     traffic = tmp_path / "traffic.jsonl"
     traffic.write_text("".join(
-        json.dumps({"id": f"g{i}", "workload": "math", "prompt": text, "output_tokens": 16})
-        + "\n" for i, text in enumerate(prompt_texts(8))))
+        json.dumps({"id": f"g{i}", "workload": "math", "prompt": text, "output_tokens": 12})
+        + "\n" for i, text in enumerate(prompt_texts(PROMPTS))))
     store = Store.open(db)
     try:
         return tune(TuneOptions(traffic=traffic, policy=policy_from_mapping(_policy(pair)),
@@ -100,7 +102,7 @@ def test_spec_outputs_match_the_baseline_and_a_sampling_server_is_caught(
     assert set(trials) == {0, 3} and all(t["state"] == "complete" for t in trials.values())
     base, spec = trials[0]["metrics"], trials[3]["metrics"]
     assert len(base["outputs"]["tokens"]) == PROMPTS
-    assert all(len(t) == 24 for t in base["outputs"]["tokens"])
+    assert all(len(t) == MAX_TOKENS for t in base["outputs"]["tokens"])
     check = spec["output_check"]
     (against,) = check["against"]  # the baseline is the config without speculation
     assert against["reference"] == "baseline" and against["prompts"] == PROMPTS
@@ -130,6 +132,9 @@ def test_spec_outputs_match_the_baseline_and_a_sampling_server_is_caught(
     assert rec is not None and rec.config["num_speculative_tokens"] == 3, (
         "four sequences at once should out-serve one at a time", w.reason)
     assert rec.status == "candidate" and not w.promoted and w.outputs_flagged
+    assert len(w.flagged) == 1 and w.flagged[0].startswith("#1 n=3 seqs=4")
+    notes = pass_notes(unfaithful.workloads)  # what the pass prints under its table
+    assert any(n.startswith("math: outputs FLAGGED, trial #1 n=3") for n in notes), notes
     assert "outputs differ from the baseline beyond the engine's numerics" in rec.reason
     assert w.export_path is None
     store = Store.open(db)
