@@ -397,7 +397,8 @@ def pass_summary(path: Path, result: TuneResult) -> dict[str, Any]:
             "export": str(w.export_path) if w.export_path else None,
         })
     return {"sample": str(path), "run": result.run_id, "status": result.status,
-            "tuned": tuned,
+            "tuned": tuned, "cost": dict(result.cost) or None,
+            "budget_stop": result.budget_stop,
             "skipped": [{"workload": n, "reason": why} for n, why in result.skipped],
             "plan": result.plan.headline() if result.plan else None,
             "plan_note": result.plan_note or None}

@@ -320,6 +320,11 @@ class Sim(_Model):
                          description="Hardware+model profile of the simulator.")
     drafter: str = Field(default="dspark",
                          description="Simulated drafter: dspark, eagle3-mla or none.")
+    reserve_gpus: bool = Field(
+        default=False,
+        description="On Ray, each simulator replica reserves serve.gpus_per_replica GPUs on one "
+                    "node, as a vllm replica does (a dry run of a real pass's placement; "
+                    "docs/ray.md); false: one CPU each.")
 
 
 class Hardware(_Model):

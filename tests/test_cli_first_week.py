@@ -59,6 +59,8 @@ def test_recommendations_without_an_active_one_show_the_newest_result(
         assert f"{workload} #" in text and "(infeasible, no active recommendation): infeasible:" \
             in text, out
     assert text.count("infeasible") >= 6  # a row and a note per workload
+    code, out, _ = run("recommendations", "--db", db, "--workload", "nope")
+    assert code == 0 and "no result for workload 'nope' yet; run: autotune start" in out
     code, out, _ = run("recommendations", "--db", db, "--format", "json")
     rows = json.loads(out)
     assert [r["workload"] for r in rows] == ["chat", "code", "math"]
@@ -83,8 +85,10 @@ def test_recommendations_without_an_active_one_show_the_newest_result(
     code, out, _ = run("recommendations", "--db", db, "--history", "--format", "json")
     assert {r["status"] for r in json.loads(out)} == {"infeasible"}
 
-    # A feasible pass: the active recommendations are listed, and nothing else.
-    start(db, small_sample, write_policy(tmp_path / "ok.yaml"))
+    # A pass with an SLO every config meets: the active recommendations are listed, and
+    # nothing else.
+    start(db, small_sample, write_policy(tmp_path / "ok.yaml", **{
+        "objective.slo.ttft_p99_ms": 600_000, "objective.slo.itl_p99_ms": 600_000}))
     code, out, _ = run("recommendations", "--db", db, "--format", "json")
     rows = json.loads(out)
     assert {r["workload"]: r["status"] for r in rows} == {

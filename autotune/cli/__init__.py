@@ -19,6 +19,7 @@ from autotune.cli._common import (
     DURATION,
     F,
     _db_option,
+    _endpoint_options,
     _format_option,
     _Group,
     _open_store,
@@ -80,7 +81,8 @@ def _tuning_flags(f: F) -> F:
                      help="Where the speculative-config exports are written."),
         click.option("--replicas", type=click.IntRange(min=1), default=None, metavar="N",
                      help="Replicas running trials in parallel (default: sim, the local cores; "
-                          "vllm, as many as the Ray cluster holds). 1 sim replica without "
+                          "vllm, or sim with policy sim.reserve_gpus, as many as the Ray cluster "
+                          "holds). 1 sim replica without "
                           "--ray-address runs in this process, without Ray."),
         click.option("--ray-address", default=None, metavar="auto|HOST:PORT",
                      callback=_ray_address,
@@ -153,25 +155,10 @@ def _tune_options(traffic: Path, *, policy_path: Path | None, backend: str,
                   endpoint: str | None = None) -> Any:
     from autotune.orchestrate import TuneOptions
     from autotune.policy import load_policy
-    from autotune.redact import redact_url
-    from autotune.ui import err
 
     overrides = {"budget.trials": budget_trials} if budget_trials else {}
     policy = load_policy(policy_path, overrides)
-    backend_options: dict[str, Any] = {}
-    if endpoint:
-        if backend != "vllm":
-            raise click.BadParameter("--endpoint needs --backend vllm", param_hint="--endpoint")
-        from autotune.backends.vllm import normalise_endpoint
-
-        try:
-            normalise_endpoint(endpoint)
-        except ValueError as e:
-            raise click.BadParameter(f"{redact_url(endpoint)!r}: {e}",
-                                     param_hint="--endpoint") from None
-        backend_options["endpoint"] = endpoint  # in memory only; shown and stored redacted
-        err.print(f"attached to {redact_url(endpoint)}: no restarts, so tuning covers only "
-                  "what that server was started with")
+    backend_options = _endpoint_options(endpoint, backend) if endpoint else {}
     if ray_address:
         # A cluster that is not there, or refuses this machine's token, stops the command
         # here, before the database is created or written.
@@ -383,8 +370,12 @@ def recommendations(workload: str | None, history: bool, db: str | None, fmt: st
     statuses = store.workload_statuses(workload)
     if fmt == "json":
         print_json(statuses)
-    else:
-        print_table(*recommendations_table(statuses, wide=wide), wide=wide)
+        return
+    table, notes = recommendations_table(statuses, wide=wide)
+    if not statuses:
+        notes.append((f"no result for workload {workload!r} yet" if workload else
+                      "no result yet") + "; run: autotune start --traffic SAMPLE --once")
+    print_table(table, notes, wide=wide)
 
 
 @cli.command()

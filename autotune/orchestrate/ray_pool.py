@@ -74,10 +74,12 @@ log = logging.getLogger(__name__)
 class RaySettings:
     """How a pass runs its replicas.
 
-    ``replicas`` None means the default: for ``sim`` the local core count, for ``vllm`` as many
-    as the cluster holds (``1`` when ``serve.gpus_per_replica`` is 0). ``address`` None: join
-    ``$RAY_ADDRESS`` if set, else start a local Ray for the pass. ``min_trial_s`` paces every
-    trial to take at least that long (tests and benchmarks of the simulator).
+    ``replicas`` None means the default: for replicas that reserve GPUs as many as the
+    cluster holds, else the local core count for ``sim`` and ``1`` for ``vllm`` with
+    ``serve.gpus_per_replica`` 0. ``sim_reserves_gpus`` (policy ``sim.reserve_gpus``) gives each
+    ``sim`` replica the GPUs of a ``vllm`` one. ``address`` None: join ``$RAY_ADDRESS`` if set,
+    else start a local Ray for the pass. ``min_trial_s`` paces every trial to take at least
+    that long (tests and benchmarks of the simulator).
     """
 
     kind: str
@@ -87,24 +89,29 @@ class RaySettings:
     replicas: int | None = None
     address: str | None = None
     cpus_per_replica: float = 1.0
+    sim_reserves_gpus: bool = False
     max_retries: int = 2
     drain_after: int = 2
     ready_timeout_s: float = 120.0
     min_trial_s: float = 0.0
 
 
+def _shape(s: RaySettings) -> ReplicaShape:
+    return replica_shape(s.kind, s.serve, s.cpus_per_replica, s.sim_reserves_gpus)
+
+
 def _replicas_without_cluster(s: RaySettings) -> int | None:
     """The replica count known before asking a cluster (None: as many as it holds)."""
     if s.replicas is not None:
         return s.replicas
-    if s.kind == "sim":
-        return local_cores()
-    return 1 if s.serve.gpus_per_replica == 0 else None
+    if _shape(s).gpus > 0:
+        return None
+    return local_cores() if s.kind == "sim" else 1
 
 
 def uses_ray(s: RaySettings) -> bool:
     """False when the pass runs in this process: one CPU-only replica and no Ray address."""
-    cpu_only = s.kind == "sim" or s.serve.gpus_per_replica == 0
+    cpu_only = _shape(s).gpus == 0
     return not (s.address is None and cpu_only and _replicas_without_cluster(s) == 1)
 
 
@@ -242,7 +249,7 @@ class RayPool:
     def open(cls, s: RaySettings) -> RayPool:
         """Join or start Ray, check the fit, reserve the replicas and start their actors."""
         ray = import_ray()
-        shape = replica_shape(s.kind, s.serve, s.cpus_per_replica)
+        shape = _shape(s)
         wanted = _replicas_without_cluster(s)
         owns = not ray.is_initialized()
         joined = owns and bool(s.address or os.environ.get("RAY_ADDRESS"))
@@ -346,9 +353,10 @@ class RayPool:
     # ---------------------------------------------------------------------- the Pool API
     def gpu_kind(self) -> str | None:
         """The accelerator kind Ray reports for the nodes the replicas run on
-        (``accelerator_type:<kind>``); None for replicas without GPUs, or when their nodes
+        (``accelerator_type:<kind>``); None for replicas without GPUs, for simulated ones (the
+        simulator's profile is their hardware, whatever GPUs they hold), or when their nodes
         report none or several kinds."""
-        if self.shape.gpus <= 0:
+        if self.shape.gpus <= 0 or self.settings.kind == "sim":
             return None
         ids = {sl.info.get("node_id") for sl in self._slots}
         kinds = accelerator_kinds([n for n in self._nodes if n.node_id in ids])

@@ -35,7 +35,7 @@ from autotune.orchestrate.pool import Pool
 from autotune.orchestrate.runs import OpenedRun, WorkloadSearch, open_run
 from autotune.orchestrate.trials import drive_trials
 from autotune.orchestrate.workloads import LoadedWorkloads, load_traffic, load_workloads
-from autotune.plan import Plan
+from autotune.plan import MIXED, Plan
 from autotune.recommend import WorkloadResult, WorkloadTrials, recommend_workload, run_provenance
 from autotune.store import Store
 from autotune.traffic.load import SampleWorkloads, WorkloadTraffic
@@ -112,9 +112,12 @@ def tune(options: TuneOptions, store: Store, reporter: Reporter | None = None,
 
 def _record_cost(options: TuneOptions, store: Store, run_id: str,
                  budget_stop: str | None) -> dict[str, Any]:
-    """The pass's cost (every trial of the run, resumed ones included) and why the budget
-    ended it, stored in the run's options before any recommendation is written."""
-    cost = pass_cost((t.workload, t.metrics) for t in store.trials(run_id))
+    """The pass's cost (every trial of the run, resumed ones included, and the mixed sample's
+    readings) and why the budget ended it, stored in the run's options before any
+    recommendation is written."""
+    stored = store.plan(run_id)
+    mixed = [(MIXED, r.get("metrics") or {}) for r in stored.shared] if stored else []
+    cost = pass_cost([*((t.workload, t.metrics) for t in store.trials(run_id)), *mixed])
     cost["gpus_per_replica"] = options.policy.gpus_per_replica
     cost["backend"] = options.backend
     if options.backend == "sim":
@@ -198,6 +201,7 @@ def _default_pool(options: TuneOptions) -> PoolFactory:
             kind=options.backend, serve=options.policy.serve.spec(),
             backend_options=options.merged_backend_options(), seed=options.seed,
             replicas=options.replicas, address=options.ray_address,
+            sim_reserves_gpus=options.policy.sim.reserve_gpus,
             max_retries=options.policy.budget.max_retries)
         return open_pool(settings, backend, progress=rep.replay_progress)
     return make

@@ -207,22 +207,25 @@ def _shared(workloads: Sequence[WorkloadInput], plans: Sequence[WorkloadPlan],
     mixed = [a for w in workloads for a in w.arrivals]
     rates = traffic_rates(mixed, settings.peak_window_s, what="the mixed sample",
                           key=settings.window_source)
+    # a replica on CPUs takes no GPU: compare replicas then
+    per, unit = (settings.gpus_per_replica, "GPUs") if settings.gpus_per_replica else \
+        (1, "replicas")
     options = []
     for s in shared:
         if isinstance(s.capacity, str):
             options.append(SharedOption(s.config, None, s.capacity, ()))
             continue
         options.append(SharedOption(s.config, s.capacity, "", tuple(
-            size_for(rates.planned_per_s * k, s.capacity, settings.headroom,
-                     settings.gpus_per_replica, settings.slo) for k in settings.growth)))
+            size_for(rates.planned_per_s * k, s.capacity, settings.headroom, per, settings.slo)
+            for k in settings.growth)))
     missing = [p.workload for p in plans if not p.planned]
-    split = [(sum(p.recommended_sizing[i].gpus for p in plans if p.planned),
-              sum(p.recommended_sizing[i].gpus_if_high for p in plans if p.planned))
+    split = [(sum(p.recommended_sizing[i].replicas * per for p in plans if p.planned),
+              sum(p.recommended_sizing[i].replicas_if_high * per for p in plans if p.planned))
              for i in range(len(settings.growth))]
     note = (f"the split side leaves out {', '.join(missing)} (no plan), which the mixed "
             "sample includes: the split count is a lower bound" if missing else "")
     return SplitOrShared(rates, tuple(options),
-                         split_or_shared_rows(settings.growth, split, options), note)
+                         split_or_shared_rows(settings.growth, split, options, unit), note)
 
 
 def build_plan(workloads: Sequence[WorkloadInput], shared: Sequence[SharedInput],

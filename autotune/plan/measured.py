@@ -68,24 +68,31 @@ class MeasuredCapacity:
     covered_per_s: float
     sample_rate_per_s: float
     readings: tuple[Outcome, ...]
+    verdict: float | None = None  # slo_verdict_code: 1 met, 0.5 undecided, None unknown
 
     @property
     def trusted(self) -> str:
-        """Why the capacity cannot carry a plan as it stands ("" when it can)."""
+        """Why the capacity cannot carry a plan as it stands, or what it leaves open ("" when
+        nothing)."""
+        out = []
         if self.sustained is False:
-            return ("the rate credited was a burst the replica drained, not a rate it "
-                    "sustains: the capacity is overstated")
+            out.append("the rate credited was a burst the replica drained, not a rate it "
+                       "sustains: the capacity is overstated")
         if self.sustained is None:
-            return ("the reading predates the sustained-rate check: whether it was sustained "
-                    "is unknown")
-        return ""
+            out.append("the reading predates the sustained-rate check: whether it was "
+                       "sustained is unknown")
+        if self.verdict == 0.5:
+            out.append("at the rate credited the SLO verdict is undecided (a p99's interval "
+                       "straddles its bound)")
+        return "; ".join(out)
 
     def as_dict(self) -> dict[str, Any]:
         return {"config": self.config.as_dict(), "trial_id": self.trial_id,
                 "capacity_low_per_s": self.low_per_s, "capacity_high_per_s": self.high_per_s,
                 "capacity_high_measured": self.high_measured, "sustained": self.sustained,
                 "covered_per_s": self.covered_per_s,
-                "sample_rate_per_s": self.sample_rate_per_s, "readings": len(self.readings)}
+                "sample_rate_per_s": self.sample_rate_per_s, "readings": len(self.readings),
+                "slo_verdict_code": self.verdict}
 
 
 def capacity_of(config: TrialConfig, metrics: Mapping[str, Any], sample_rate_per_s: float, *,
@@ -116,4 +123,5 @@ def capacity_of(config: TrialConfig, metrics: Mapping[str, Any], sample_rate_per
         config=config, trial_id=trial_id, low_per_s=low * sample_rate_per_s,
         high_per_s=high * sample_rate_per_s, high_measured=high_measured, sustained=sustained,
         covered_per_s=max(scales) * sample_rate_per_s, sample_rate_per_s=sample_rate_per_s,
-        readings=tuple(outcome_of(m) for m in (readings or [metrics])))
+        readings=tuple(outcome_of(m) for m in (readings or [metrics])),
+        verdict=_num(metrics, "slo_verdict_code"))

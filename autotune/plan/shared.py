@@ -50,6 +50,7 @@ class SplitShareRow:
     shared: SharedOption | None
     shared_sizing: Sizing | None
     verdict: str
+    unit: str = "GPUs"  # what the counts count: GPUs, or replicas when a replica takes none
 
     @property
     def fewer(self) -> str:
@@ -72,7 +73,7 @@ class SplitShareRow:
                 "shared_gpus": self.shared_sizing.gpus if self.shared_sizing else None,
                 "shared_gpus_if_capacity_high": (self.shared_sizing.gpus_if_high
                                                  if self.shared_sizing else None),
-                "fewer": self.fewer, "verdict": self.verdict}
+                "unit": self.unit, "fewer": self.fewer, "verdict": self.verdict}
 
 
 @dataclass(frozen=True)
@@ -90,11 +91,11 @@ class SplitOrShared:
 
 
 def _verdict(row_split: int, row_split_high: int, option: SharedOption, sizing: Sizing,
-             growth: float) -> str:
+             growth: float, unit: str) -> str:
     probe = SplitShareRow(growth, row_split, row_split_high, option, sizing, "")
     fewer = probe.fewer
-    shared = f"shared on {option.config.short()}: {sizing.gpus} GPUs"
-    split = f"split by workload: {row_split} GPUs"
+    shared = f"shared on {option.config.short()}: {sizing.gpus} {unit}"
+    split = f"split by workload: {row_split} {unit}"
     if fewer == "same":
         return f"{split}, {shared}: the same"
     if fewer == "within noise":
@@ -102,24 +103,26 @@ def _verdict(row_split: int, row_split_high: int, option: SharedOption, sizing: 
                 f"intervals overlap: split {min(row_split, row_split_high)}-{row_split}, "
                 f"shared {min(sizing.gpus, sizing.gpus_if_high)}-{sizing.gpus})")
     diff = abs(row_split - sizing.gpus)
-    return f"{split}, {shared}: {fewer} needs {diff} fewer GPUs"
+    return f"{split}, {shared}: {fewer} needs {diff} fewer {unit}"
 
 
 def split_or_shared_rows(growth: Sequence[float], split: Sequence[tuple[int, int]],
-                         options: Sequence[SharedOption]) -> tuple[SplitShareRow, ...]:
+                         options: Sequence[SharedOption], unit: str = "GPUs"
+                         ) -> tuple[SplitShareRow, ...]:
     """One row per growth factor: ``split[i]`` is (GPUs, GPUs at the capacities' high end)
     summed over the workloads at ``growth[i]``; the shared side is the option needing the
-    fewest GPUs there (ties: the larger capacity)."""
+    fewest GPUs there (ties: the larger capacity). With ``unit`` "replicas" (a replica takes
+    no GPU) the options' sizings and ``split`` count replicas instead."""
     rows = []
     for i, k in enumerate(growth):
         gpus, gpus_high = split[i]
         sized = [(o, o.sizings[i]) for o in options if o.capacity is not None]
         if not sized:
             rows.append(SplitShareRow(k, gpus, gpus_high, None, None,
-                                      "no shared config was read at capacity"))
+                                      "no shared config was read at capacity", unit))
             continue
         option, sizing = min(sized, key=lambda p: (p[1].gpus, -(p[0].capacity.low_per_s
                                                                 if p[0].capacity else 0.0)))
         rows.append(SplitShareRow(k, gpus, gpus_high, option, sizing,
-                                  _verdict(gpus, gpus_high, option, sizing, k)))
+                                  _verdict(gpus, gpus_high, option, sizing, k, unit), unit))
     return tuple(rows)

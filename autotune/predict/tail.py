@@ -18,6 +18,8 @@ interval and the chance each meets its bound. Three layers, each a mechanism:
    stalled count. Where the p99 sits between the plain steps and the stalls (the stalls are
    about 1% of the gaps), whether a few chunk steps land among the gaps read decides it, and
    the distribution is wide and two-humped; where it sits inside one population it is narrow.
+   Slow TTFTs come in runs the same way (a queue that builds up delays every request arriving
+   into it): the count above x varies by the physics' mean run of slow requests.
 3. **Calibration** (:class:`_Residual`). What the physics still gets wrong is learned from every
    reading of every rate the runs made (each trial reads several rates): the log ratio of
    each measured p99 to the physics' median, with the sampling spread of step 2 as its known
@@ -26,7 +28,11 @@ interval and the chance each meets its bound. Three layers, each a mechanism:
    capacity off by a log factor (workload-wide and per config), which a reading feels through
    the physics' elasticity d log p99 / d log rate there (near saturation a p99 moves many times
    faster than the rate, far below it hardly at all). The three sizes are chosen by maximum
-   marginal likelihood under a log-normal prior. Its posterior scales every gap (or TTFT) of
+   marginal likelihood under a log-normal prior. The prefill speed is calibrated with them: the
+   predictor fits the step cost to decode steps, which pin its per-token and attention parts
+   loosely, while a reading's TTFT and its stalled gaps are prefill chunks; the move of those
+   parts that gives the readings the highest marginal likelihood (a ridge prior on it) is the
+   physics the residual is read against. Its posterior scales every gap (or TTFT) of
    the physics; the
    predictive distribution integrates over it (Gauss-Hermite), so its spread shrinks as
    readings come in, and a config already read is known better than one that was not.
@@ -48,7 +54,7 @@ import numpy.typing as npt
 from autotune.predict.numerics import count_le, weighted_quantile
 from autotune.predict.replica import latency, measured_ttft
 from autotune.predict.steady_state import solve_steady_state
-from autotune.predict.step_cost import UNKNOWN_HARDWARE_SD, StepCostModel
+from autotune.predict.step_cost import COST_PARTS, UNKNOWN_HARDWARE_SD, StepCostModel
 from autotune.predict.workload import ConfigGrid, ReplicaFactors, WorkloadModel
 from autotune.slo import SLO_QUANTILE
 from autotune.types import Slo, TrialConfig
@@ -65,9 +71,11 @@ TAILS = ("itl_p99_ms", "ttft_p99_ms")
 _OFFSET_SD, _TREND_SD = 0.5, 0.25
 #: The log-normal prior of the per-config and reading-to-reading error sizes: median, sd (log).
 _SIZE_PRIOR = (0.1, 1.0)
-_SIZES = np.geomspace(0.01, 1.0, 9)
+_SIZES = np.geomspace(0.01, 1.0, 7)
 #: Gauss-Hermite nodes over the calibration's posterior, and points of the p99's x grid.
 _NODES, _POINTS = 9, 240
+#: Moves of the prefill speed (log, on top of the predictor's fit) the calibration tries.
+_PREFILL_STEPS = (-1.0, -0.5, 0.0, 0.5, 1.0, 1.5, 2.0, 3.0)
 #: The slowest share of gaps (requests) whose make-up says which part of the tail the p99 is.
 _NEAR_P99 = 0.02
 #: The step in log rate the physics' elasticity is read over, and its cap.
@@ -143,6 +151,8 @@ class _Physics:
     ttft: FloatArray        # (K, N) measured requests' TTFT (s)
     wait: FloatArray        # (K, N) the part of it spent waiting (slot, prefill queue)
     feasible: npt.NDArray[np.bool_]
+    #: (K,) requests one queue episode makes slow together (:func:`_slow_runs`); None: 1
+    ttft_cluster: FloatArray | None = None
 
     def share(self, tail: str) -> FloatArray:
         """Per row, the share of the p99's neighbourhood (the slowest :data:`_NEAR_P99` of the
@@ -169,9 +179,22 @@ def _physics(wl: WorkloadModel, configs: Sequence[TrialConfig], scales: FloatArr
     lat = latency(wl, grid, cost, factors, st, scales)
     # an unstable queue's steps and waits are unbounded: a large finite time keeps the counts
     # well defined (such a row misses every bound)
+    ttft = _finite(measured_ttft(wl, grid, lat, st))
     return _Physics(_finite(lat.durations), _finite(lat.weights), lat.stall_from,
-                    np.maximum(_finite(st.b), 1.0), _finite(measured_ttft(wl, grid, lat, st)),
-                    _finite(measured_ttft(wl, grid, lat, st, wait=True)), lat.feasible)
+                    np.maximum(_finite(st.b), 1.0), ttft,
+                    _finite(measured_ttft(wl, grid, lat, st, wait=True)), lat.feasible,
+                    _slow_runs(ttft))
+
+
+def _slow_runs(ttft: FloatArray) -> FloatArray:
+    """Per row, the mean length of the runs (in arrival order) of requests among the slowest
+    :data:`_NEAR_P99`: a queue that builds up delays the requests arriving into it together,
+    so the TTFTs above a level come in runs, and how many exceed it varies by whole runs."""
+    edge = np.quantile(ttft, 1.0 - _NEAR_P99, axis=1)[:, None]
+    slow = ttft >= edge
+    starts = slow[:, :1].astype(np.float64).sum(axis=1) + (slow[:, 1:] & ~slow[:, :-1]).sum(axis=1)
+    out: FloatArray = np.maximum(slow.sum(axis=1) / np.maximum(starts, 1.0), 1.0)
+    return out
 
 
 def _finite(values: FloatArray) -> FloatArray:
@@ -194,7 +217,8 @@ def _weight_above(values: FloatArray, weights: FloatArray, x: FloatArray) -> Flo
 def _p99_cdf(tail: str, ph: _Physics, x: FloatArray) -> FloatArray:
     """P(measured p99 <= x) (x in s, (K, X)) with the physics' gaps or TTFTs as they are:
     the count above x against the 1% allowed, a normal approximation whose variance counts
-    the stalled gaps' clusters (see the module doc)."""
+    the stalled gaps' clusters, and the runs of requests one queue episode delays together
+    (see the module doc)."""
     from scipy.special import ndtr
 
     if tail == "itl_p99_ms":
@@ -205,7 +229,8 @@ def _p99_cdf(tail: str, ph: _Physics, x: FloatArray) -> FloatArray:
         mean, var = plain + stalled, plain + ph.cluster[:, None] * stalled
     else:
         t = ph.ttft
-        mean = var = _weight_above(t, np.ones_like(t), x)
+        mean = _weight_above(t, np.ones_like(t), x)
+        var = mean * (1.0 if ph.ttft_cluster is None else ph.ttft_cluster[:, None])
         n = np.full((t.shape[0], 1), float(t.shape[1]))
     allowed = (1.0 - SLO_QUANTILE) * n
     out: FloatArray = ndtr((allowed + 0.5 - mean) / np.sqrt(var + 0.25))
@@ -301,6 +326,8 @@ class _Residual:
     alpha: FloatArray      # K⁻¹ e
     chol: FloatArray       # Cholesky factor of K
     sizes: _Sizes
+    #: log marginal likelihood of the readings (with the sizes' log prior) at ``sizes``
+    evidence: float = 0.0
 
     @classmethod
     def fit(cls, configs: Sequence[TrialConfig], log_rate: FloatArray, slope: FloatArray,
@@ -325,13 +352,14 @@ class _Residual:
                                          for v in (config, nugget, knee)))
                     if best is None or score > best[0]:
                         best = (score, sizes)
-        sizes = best[1] if best is not None else _Sizes(median, median, median, offset)
+        evidence, sizes = best if best is not None else (0.0, _Sizes(median, median, median,
+                                                                      offset))
         if not error.size:
             return cls(sites, centre, np.zeros(0), np.zeros((0, 0)), sizes)
         chol = np.linalg.cholesky(sizes.cross(sites, sites)
                                   + np.diag(sizes.nugget**2 + noise_var))
         alpha: FloatArray = np.linalg.solve(chol.T, np.linalg.solve(chol, error))
-        return cls(sites, centre, alpha, np.asarray(chol, dtype=np.float64), sizes)
+        return cls(sites, centre, alpha, np.asarray(chol, dtype=np.float64), sizes, evidence)
 
     def predict(self, configs: Sequence[TrialConfig], log_rate: FloatArray,
                 slope: FloatArray, share: FloatArray) -> tuple[FloatArray, FloatArray]:
@@ -380,29 +408,19 @@ class TailModel:
     @classmethod
     def fit(cls, workload: WorkloadModel, cost: StepCostModel, factors: ReplicaFactors,
             slo: Slo, readings: Sequence[TailReading]) -> TailModel:
-        """Calibrate both tails on ``readings`` (those the physics can replay)."""
+        """Calibrate both tails on ``readings`` (those the physics can replay), with the
+        prefill speed that explains them best (:func:`_with_prefill`)."""
         rows = list(readings)
-        configs = [r.config for r in rows]
-        scale = _scales(workload, rows)
-        medians = _physics_medians(workload, configs, scale, cost, factors) if rows else None
-        residuals: dict[str, _Residual] = {}
-        for tail in TAILS:
-            keep, error, noise = [], [], []
-            if medians is not None:
-                med, q16, q84, _, _ = medians[tail]
-                for i, r in enumerate(rows):
-                    y = r.value(tail)
-                    if math.isfinite(y) and y > 0 and np.isfinite([med[i], q16[i], q84[i]]).all():
-                        keep.append(i)
-                        error.append(math.log(y / 1000.0) - med[i])
-                        noise.append(max((q84[i] - q16[i]) / 2.0, _MIN_SAMPLING_SD) ** 2)
-            slope, share = ((medians[tail][3][keep], medians[tail][4][keep])
-                            if medians is not None else (np.zeros(0), np.zeros(0)))
-            residuals[tail] = _Residual.fit(
-                [configs[i] for i in keep], np.log(scale[keep]), slope, share,
-                np.asarray(error), np.asarray(noise),
-                offset=_OFFSET_SD * (1.0 if cost.facts.hardware.known else UNKNOWN_HARDWARE_SD))
-        return cls(workload, cost, factors, slo, residuals)
+        best: tuple[float, TailModel] | None = None
+        sd = float(cost.prior_sd()[COST_PARTS.index("tokens")])
+        for step in (_PREFILL_STEPS if rows else (0.0,)):
+            moved = _with_prefill(cost, step)
+            residuals = _calibrate(workload, moved, factors, rows)
+            score = sum(r.evidence for r in residuals.values()) - 0.5 * (step / sd) ** 2
+            if best is None or score > best[0]:
+                best = (score, cls(workload, moved, factors, slo, residuals))
+        assert best is not None
+        return best[1]
 
     def predict(self, configs: Sequence[TrialConfig], scales: Sequence[float],
                 level: float = 0.9) -> TailForecast:
@@ -426,6 +444,43 @@ class TailModel:
             chance[tail] = (np.ones(len(rows)) if bound is None
                             else spread.at(math.log(bound / 1000.0)))
         return TailForecast(tuple(configs), scale, level, median, low, high, chance)
+
+
+def _with_prefill(cost: StepCostModel, step: float) -> StepCostModel:
+    """``cost`` with its per-token and attention parts ``step`` further (log): how fast a
+    prefill chunk runs. The predictor fits the step cost to decode steps, where a few tokens
+    per sequence leave these parts loosely pinned; a reading's TTFT (its own prefill, the
+    queue of others') and its stalled gaps (chunk steps) pin them."""
+    scale = list(cost.log_scale)
+    for part in ("tokens", "attention"):
+        scale[COST_PARTS.index(part)] += step
+    return cost.with_scale(tuple(scale))
+
+
+def _calibrate(workload: WorkloadModel, cost: StepCostModel, factors: ReplicaFactors,
+               rows: Sequence[TailReading]) -> dict[str, _Residual]:
+    """Both tails' calibration (:class:`_Residual`) on ``rows`` with ``cost``."""
+    configs = [r.config for r in rows]
+    scale = _scales(workload, rows)
+    medians = _physics_medians(workload, configs, scale, cost, factors) if rows else None
+    residuals: dict[str, _Residual] = {}
+    for tail in TAILS:
+        keep, error, noise = [], [], []
+        if medians is not None:
+            med, q16, q84, _, _ = medians[tail]
+            for i, r in enumerate(rows):
+                y = r.value(tail)
+                if math.isfinite(y) and y > 0 and np.isfinite([med[i], q16[i], q84[i]]).all():
+                    keep.append(i)
+                    error.append(math.log(y / 1000.0) - med[i])
+                    noise.append(max((q84[i] - q16[i]) / 2.0, _MIN_SAMPLING_SD) ** 2)
+        slope, share = ((medians[tail][3][keep], medians[tail][4][keep])
+                        if medians is not None else (np.zeros(0), np.zeros(0)))
+        residuals[tail] = _Residual.fit(
+            [configs[i] for i in keep], np.log(scale[keep]), slope, share,
+            np.asarray(error), np.asarray(noise),
+            offset=_OFFSET_SD * (1.0 if cost.facts.hardware.known else UNKNOWN_HARDWARE_SD))
+    return residuals
 
 
 def _physics_medians(wl: WorkloadModel, configs: Sequence[TrialConfig], scale: FloatArray,

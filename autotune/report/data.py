@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from autotune.cost import SOURCE, CostTotal, TrialCost, total, trial_cost
 from autotune.errors import PlanError, StoreError
 from autotune.plan import Plan, plan_for_run
 from autotune.store import (
@@ -69,6 +70,10 @@ class TrialPoint:
     error: str | None = None
     #: measured at capacity (the fastest replay meeting the SLOs), not at the trace's rate
     at_capacity: bool = False
+    #: what the trial cost on real replicas (None: not recorded)
+    cost: TrialCost | None = None
+    #: where its server start's figure comes from (or that it reused a server)
+    start_source: str | None = None
     #: the output check stored with the trial (docs/outputs.md); None: not made yet
     output_check: Mapping[str, Any] | None = None
 
@@ -94,7 +99,8 @@ class TrialPoint:
                    params=dict(t.params), value=_num(t.value), feasible=t.feasible,
                    throughput=_num(m.get(THROUGHPUT)), itl_p99_ms=_num(m.get(ITL_P99)),
                    ttft_p99_ms=_num(m.get("ttft_p99_ms")), error=t.error,
-                   at_capacity="capacity_replays" in m,
+                   at_capacity="capacity_replays" in m, cost=trial_cost(m),
+                   start_source=str(m[SOURCE]) if m.get(SOURCE) else None,
                    output_check=(dict(m["output_check"])
                                  if isinstance(m.get("output_check"), Mapping) else None))
 
@@ -259,6 +265,11 @@ class ReportData:
     @property
     def trial_count(self) -> int:
         return sum(len(w.trials) for w in self.workloads)
+
+    def cost(self, workload: str | None = None) -> CostTotal:
+        """What one workload's trials (None: the run's) cost on real replicas."""
+        return total(t.cost for w in self.workloads if workload in (None, w.name)
+                     for t in w.trials)
 
 
 def slo_bound(trials: Sequence[TrialRecord], name: str) -> float | None:

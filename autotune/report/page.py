@@ -107,7 +107,7 @@ def _header(data: ReportData) -> str:
         f"({_e(run.sample_requests)} requests, sha256 {_short(run.sample_sha256)})"
         f" · started {_e(iso(run.started_at))} · finished {_e(iso(run.finished_at))}<br>"
         f"{len(data.workloads)} workloads · {data.trial_count} trials ({failed} failed) · "
-        f"objective <code>{_e(data.objective)}</code>"
+        f"objective <code>{_e(data.objective)}</code> · cost {_e(data.cost().describe())}"
         + (f'<br><span class="bad">run error: {_e(run.error)}</span>' if run.error else "")
         + "</p>")
 
@@ -228,6 +228,41 @@ def _recommendations(data: ReportData) -> str:
         "</section>")
 
 
+def _cost(data: ReportData) -> str:
+    """What the run cost on real replicas: per workload and in total, then per trial."""
+    rows = [(w.name, data.cost(w.name)) for w in data.workloads] + [("all", data.cost())]
+    body = "".join(
+        f"<tr><td><b>{_e(name)}</b></td><td class=\"num\">{c.trials + c.uncounted}</td>"
+        f'<td class="num">{c.starts}</td><td class="num">{_num(c.start_s / 3600, 3)}</td>'
+        f'<td class="num">{_num(c.replay_s / 3600, 3)}</td>'
+        f'<td class="num">{_num(c.replica_h, 3)}</td><td class="num">{_num(c.gpu_h, 3)}</td>'
+        "</tr>" for name, c in rows)
+    per_trial = "".join(
+        f"<tr><td>{_e(w.name)}</td><td class=\"num\">{t.number}</td><td>{_e(t.label())}</td>"
+        f'<td class="num">{_num(t.cost.start_s, 4)}</td>'
+        f'<td class="num">{_num(t.cost.replay_s, 4)}</td>'
+        f'<td class="num">{_num(t.cost.gpu_h, 3)}</td><td>{_e(t.start_source)}</td></tr>'
+        for w in data.workloads for t in w.trials if t.cost is not None)
+    stop = data.run.budget_stop
+    sim = data.run.backend == "sim"
+    return (
+        '<section id="cost"><h2>Cost on real replicas</h2>'
+        '<p class="caption">Replica time the run held: server starts (measured on real engines; '
+        "on the simulator the profile's start time, charged as real replicas would pay it; a "
+        "server kept for the next trial of the same config is charged once) and the traffic "
+        "replayed by every reading, in replica-hours and GPU-hours."
+        + (" Simulated: what this run would cost on the profile's hardware." if sim else "")
+        + "</p>"
+        + (f'<p class="bad">The budget ended this pass: {_e(stop)}</p>' if stop else "")
+        + '<div class="scroll"><table><thead><tr><th>workload</th><th>trials</th>'
+        "<th>server starts</th><th>start h</th><th>replay h</th><th>replica-h</th>"
+        f"<th>GPU-h</th></tr></thead><tbody>{body}</tbody></table></div>"
+        "<details><summary>per trial</summary><div class=\"scroll\"><table><thead><tr>"
+        "<th>workload</th><th>#</th><th>config</th><th>start s</th><th>replay s</th>"
+        f"<th>GPU-h</th><th>start source</th></tr></thead><tbody>{per_trial}</tbody></table>"
+        "</div></details></section>")
+
+
 def _no_plan(data: ReportData) -> str:
     """Why the run has no capacity plan (nothing when it has one: its chart says it)."""
     if data.plan is not None:
@@ -254,11 +289,12 @@ def render_report(data: ReportData, charts: Sequence[Chart] | None = None) -> st
         f"<!-- plotly.js (MIT license), inlined so this file works offline -->\n"
         f'<script type="text/javascript">{js}</script></head>\n<body><main>'
         f'<header>{_header(data)}<nav><a href="#recommendations">Recommendations</a>{nav}'
-        "</nav></header>"
+        '<a href="#cost">Cost</a></nav></header>'
         + _recommendations(data)
         + _output_checks(data)
         + _no_plan(data)
         + "".join(_chart_section(c) for c in charts)
+        + _cost(data)
         + f"<footer>generated {_e(data.generated_at)} by autotune {_e(__version__)} from "
         f"{_e(data.db)} · charts: plotly {_e(plotly_version)}, inlined (no network "
         "needed)</footer></main></body></html>\n")

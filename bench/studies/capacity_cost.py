@@ -5,8 +5,9 @@ traffic sample the pass tuned, and prints per workload and for the pass: trials,
 replayed seconds (Σ ``replay{i}_duration_s``, first measured arrival to last completion of
 each reading) and, when the trials record it, replica seconds (Σ ``replay{i}_busy_s``); the
 kept readings that were sustained (``capacity_sustained``; on rows that predate it, estimated
-by the same rule: the workload's arrival span / ``load_scale`` at least 4 median E2Es, as
-those passes replayed the whole workload), the kept readings whose completion rate is under
+by the same rule: the workload's arrival span / ``load_scale`` at least 4 lifetimes, the
+median E2E or the drain, ``duration_s`` - that span, as those passes replayed the whole
+workload), the kept readings whose completion rate is under
 80% of the rate they are credited with (``requests_per_s`` against ``load_scale`` × the
 workload's mean arrival rate) and those whose verdict is undecided.
 
@@ -57,9 +58,11 @@ def _sustained(metrics: dict[str, Any], span_s: float | None) -> bool | None:
     if recorded is not None:
         return recorded == 1.0
     scale, e2e = _num(metrics, "load_scale"), _num(metrics, "e2e_p50_ms")
-    if scale is None or e2e is None or span_s is None:
+    duration = _num(metrics, "duration_s")
+    if scale is None or e2e is None or span_s is None or duration is None:
         return None
-    return span_s / scale >= SETTLE_LIFETIMES * e2e / 1000
+    window = span_s / scale
+    return window >= SETTLE_LIFETIMES * max(e2e / 1000, duration - window)
 
 
 def summarize(trials: list[dict[str, Any]],
@@ -148,12 +151,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    print(f"{'workload':10} {'trials':>6} {'reads':>6} {'replayed h':>10} {'busy h':>7} "
-          f"{'sustained':>9} {'drained':>7} {'undecided':>9}")
+    print(f"{'workload':10} {'trials':>6} {'reads':>6} {'replayed h':>10} {'min/trial':>9} "
+          f"{'busy h':>7} {'sustained':>9} {'drained':>7} {'undecided':>9}")
     for name, w in [*sorted(result["workloads"].items()), ("pass", result["pass"])]:
+        per_trial = w["replayed_s"] / 60 / w["trials"] if w["trials"] else math.nan
         print(f"{name:10} {w['trials']:6d} {w['readings']:6d} {w['replayed_s'] / 3600:10.2f} "
-              f"{w['busy_s'] / 3600:7.2f} {w['sustained']:9d} {w['drained']:7d} "
-              f"{w['undecided']:9d}")
+              f"{per_trial:9.1f} {w['busy_s'] / 3600:7.2f} {w['sustained']:9d} "
+              f"{w['drained']:7d} {w['undecided']:9d}")
     return 0
 
 

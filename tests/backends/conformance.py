@@ -114,6 +114,9 @@ class BackendConformance:
         try:
             assert isinstance(replica, Replica)
             assert replica.config == config
+            # what the start cost, and where that figure comes from (autotune.cost)
+            assert np.isfinite(replica.start_s) and replica.start_s >= 0
+            assert isinstance(replica.start_source, str) and replica.start_source
         finally:
             replica.stop()
 

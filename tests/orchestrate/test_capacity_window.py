@@ -6,7 +6,7 @@ window is limits what a reading can credit), and the FIFO server of test_capacit
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +21,7 @@ from autotune.orchestrate.capacity_window import (
     SETTLE_LIFETIMES,
     busiest_slice,
     check_window,
+    settle_margin,
     window_requests,
 )
 from autotune.policy import DEFAULT_POLICY_PATH
@@ -142,6 +143,7 @@ def test_a_rate_drained_from_a_burst_is_not_credited() -> None:
     assert m.extra["capacity_window_s"] >= SETTLE_LIFETIMES * 5.0
     assert "capacity_high_scale" not in m.extra  # nothing missed the SLO: the sample ran out
     assert m.extra["load_scale"] < MAX_SCALE
+    assert m.extra["capacity_slice_rate_ratio"] == pytest.approx(1.0, rel=0.02)  # all of it
     # a window shorter than 4 lifetimes sustains no rate: nothing is credited
     short = replay_at_capacity(RateServer(lifetime_s=5.0), _schedule(sample, slo, 15.0), slo)
     assert short.extra["capacity_met_slo"] == 0.0
@@ -157,6 +159,12 @@ def test_the_capacity_is_bracketed_by_the_slowest_rate_missed() -> None:
     assert m.extra["capacity_met_slo"] == 1.0 and m.extra["capacity_sustained"] == 1.0
     assert low < high <= low * 1.03  # the resolution near the knee
     assert 5.0 <= low <= 6.0  # the busiest slice arrives a little faster than the mean
+    # in requests/s the reading is the knee: the sample's mean rate × load_scale × how much
+    # denser the slice it replayed is
+    mean_rate = (len(sample) - 1) / float(sample[-1].arrival_s or 0.0)
+    ratio = m.extra["capacity_slice_rate_ratio"]
+    assert ratio > 1.0
+    assert mean_rate * low * ratio == pytest.approx(6.0, rel=0.03)
 
 
 def test_an_undecided_p99_is_read_again_with_twice_the_window() -> None:
@@ -223,3 +231,16 @@ def test_start_with_a_window_too_short_writes_nothing(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
     assert not db.exists()
 
+
+
+def test_a_reading_completing_under_four_fifths_of_its_rate_is_not_sustained() -> None:
+    # 40 requests over a 20 s window, each living 1 s: sustained when the last completes a
+    # lifetime after the last arrival; a drain of 8 s (the reading completed 20/28 = 71% of
+    # the offered rate) only drained a burst, however short each request's own lifetime
+    n = 40
+    m = RateServer(lifetime_s=1.0).replay(ReplaySchedule(
+        [Request(f"r{i}", 100, TOKENS, arrival_s=20.0 * i / (n - 1)) for i in range(n)]))
+    assert settle_margin(m, 20.0) == pytest.approx(math.log(4 * 1.0 / 20.0))
+    drained = replace(m, duration_s=28.0)
+    assert settle_margin(drained, 20.0) == pytest.approx(math.log(4 * 8.0 / 20.0))
+    assert settle_margin(drained, 20.0) > 0

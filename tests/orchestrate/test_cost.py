@@ -166,16 +166,19 @@ def _sample(tmp_path: Path) -> Path:
 
 
 def _policy(**budget: object):  # type: ignore[no-untyped-def]
+    """The default policy, cheap to run: one reading per trial (the capacity reading's cost is
+    tested above), short replays, the random strategy (what it picks does not matter here)."""
     data = yaml.safe_load(DEFAULT_POLICY_PATH.read_text())
     data["budget"].update(budget)
-    data["replay"].update(max_requests=30, warmup_requests=4)
+    data["replay"].update(max_requests=30, warmup_requests=4, find_capacity=False)
+    data["search"] = {"strategy": "random"}
     return policy_from_mapping(data)
 
 
 def test_a_pass_shares_the_baseline_start_and_records_its_cost(
         tmp_path: Path, db_url: str) -> None:
     store = Store.open(db_url)
-    options = TuneOptions(traffic=_sample(tmp_path), policy=_policy(trials=3),
+    options = TuneOptions(traffic=_sample(tmp_path), policy=_policy(trials=2),
                           export_dir=tmp_path / "exp")
     result = tune(options, store, pool_factory=lambda b, rep: SerialPool(b))
     assert result.budget_stop is None
@@ -193,12 +196,30 @@ def test_a_pass_shares_the_baseline_start_and_records_its_cost(
     assert whole.gpu_h == pytest.approx(sum(c.gpu_h for c in costs if c), rel=1e-3)
     assert run.to_json()["cost"]["gpus_per_replica"] == 8
 
+    # runs, trials --format json and the report show it
+    out = CliRunner().invoke(cli, ["runs", "--db", db_url, "--format", "json"]).stdout
+    (row,) = json.loads(out)
+    assert row["run"] == result.run_id
+    assert row["cost"]["total"]["gpu_h"] == pytest.approx(result.cost["total"]["gpu_h"])
+    table = CliRunner().invoke(cli, ["runs", "--db", db_url]).stdout
+    assert "GPU-h" in table
+    rows = json.loads(CliRunner().invoke(
+        cli, ["trials", "--db", db_url, "--format", "json"]).stdout)
+    assert all(GPU_H in t["metrics"] for t in rows)
+    from autotune.report import load_report_data
+    from autotune.report.page import _cost
+
+    data = load_report_data(store, result.run_id)
+    assert data.cost().gpu_h == pytest.approx(result.cost["total"]["gpu_h"], rel=1e-3)
+    section = _cost(data)
+    assert "Cost on real replicas" in section and "Simulated" in section
+
 
 def test_a_budget_spent_mid_pass_ends_it_with_the_results_so_far(
         tmp_path: Path, db_url: str) -> None:
     store = Store.open(db_url)
-    # the default cost of one trial: a start plus its readings, about 1-2 GPU-h; 3 GPU-h hold
-    # a few trials of the 2 x 12 the trial budget allows
+    # a trial here costs its server start (the profile's 480 s on 8 GPUs: about 1.1 GPU-h)
+    # and a short reading: 3 GPU-h hold a few of the 2 x 12 trials the trial budget allows
     options = TuneOptions(traffic=_sample(tmp_path), policy=_policy(trials=12, gpu_hours=3),
                           export_dir=tmp_path / "exp")
     result = tune(options, store, pool_factory=lambda b, rep: SerialPool(b))
@@ -231,17 +252,15 @@ def test_a_budget_of_zero_or_below_is_an_error_naming_the_key(
     assert not db.exists()  # nothing written
 
 
-def test_runs_shows_what_each_pass_cost(tmp_path: Path, db_url: str) -> None:
-    store = Store.open(db_url)
-    options = TuneOptions(traffic=_sample(tmp_path), policy=_policy(trials=2),
-                          export_dir=tmp_path / "exp")
-    result = tune(options, store, pool_factory=lambda b, rep: SerialPool(b))
-    out = CliRunner().invoke(cli, ["runs", "--db", db_url, "--format", "json"]).stdout
-    (row,) = json.loads(out)
-    assert row["run"] == result.run_id
-    assert row["cost"]["total"]["gpu_h"] == pytest.approx(result.cost["total"]["gpu_h"])
-    table = CliRunner().invoke(cli, ["runs", "--db", db_url]).stdout
-    assert "GPU-h" in table
-    trials = json.loads(CliRunner().invoke(
-        cli, ["trials", "--db", db_url, "--format", "json"]).stdout)
-    assert all(GPU_H in t["metrics"] for t in trials)
+def test_the_pass_output_says_what_it_cost_and_why_the_budget_ended_it() -> None:
+    from autotune.ui.pass_report import cost_notes
+
+    cost = pass_cost([("chat", {**TrialCost(480.0, 300.0, 8).metrics(), SOURCE: "profile"}),
+                      ("code", {**TrialCost(0.0, 120.0, 8).metrics(), SOURCE: REUSED})])
+    cost.update(backend="sim", gpus_per_replica=8)
+    lines = cost_notes(cost, "budget.gpu_hours (3) would be overrun")
+    assert lines[0].startswith("cost: ") and "2 trials, 1 server start" in lines[0]
+    assert "chat 1.73" in lines[0] and "code 0.267" in lines[0]  # (480+300)/3600x8, 120/3600x8
+    assert "simulated" in lines[0] and "8 GPUs" in lines[0]
+    assert lines[1].startswith("budget: the pass ended early") and "budget.gpu_hours" in lines[1]
+    assert cost_notes({}) == []

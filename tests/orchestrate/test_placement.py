@@ -39,6 +39,27 @@ def test_vllm_replica_is_one_gpu_bundle_and_sim_one_cpu() -> None:
     assert replica_shape("vllm", _serve(0)).bundle() == {"CPU": 1.0}
 
 
+def test_a_sim_replica_told_to_reserve_gpus_takes_a_vllm_replica_s_bundle() -> None:
+    for gpus in (8, 4):
+        sim = replica_shape("sim", _serve(gpus), sim_reserves_gpus=True)
+        assert sim.bundle() == replica_shape("vllm", _serve(gpus)).bundle()
+    assert replica_shape("sim", _serve(0), sim_reserves_gpus=True).bundle() == {"CPU": 1.0}
+    # two sim replicas would share a node of 2 CPUs; with 8 GPUs each, one per 8-GPU node
+    nodes = [_node(8, 2, "a"), _node(8, 2, "b")]
+    assert replicas_fit(replica_shape("sim", _serve(8)), nodes) == 4
+    assert replicas_fit(replica_shape("sim", _serve(8), sim_reserves_gpus=True), nodes) == 2
+
+
+def test_a_sim_replica_too_big_for_any_node_names_the_policy_key_to_turn_off() -> None:
+    shape = replica_shape("sim", _serve(8), sim_reserves_gpus=True)
+    with pytest.raises(ConfigError) as e:
+        check_fit(shape, [NodeResources("c", "c", {"CPU": 2.0})], 1)
+    msg = str(e.value)
+    assert msg.startswith("one sim replica needs 8 GPUs and 1 CPU on a single node (policy "
+                          "serve.gpus_per_replica: 8, sim.reserve_gpus: true)")
+    assert msg.endswith("or set sim.reserve_gpus: false to simulate without reserving GPUs")
+
+
 def test_replicas_fit_within_one_node_each() -> None:
     shape = replica_shape("vllm", _serve(8))
     # 12 GPUs on each of two nodes: 24 in total, yet only one 8-GPU replica per node.
@@ -79,6 +100,8 @@ def test_one_sim_replica_without_address_runs_in_process(small_sample: Path) -> 
     assert uses_ray(replace(one, address="auto"))
     assert uses_ray(RaySettings(kind="vllm", serve=serve, replicas=1))  # GPUs come from Ray
     assert not uses_ray(RaySettings(kind="vllm", serve=_serve(0), replicas=1))
+    assert uses_ray(replace(one, sim_reserves_gpus=True))  # GPUs come from Ray
+    assert not uses_ray(replace(one, serve=_serve(0), sim_reserves_gpus=True))
     backend = create_backend("sim", serve, policy.sim.model_dump(), 0)
     pool = open_pool(replace(one, min_trial_s=0.3), backend)
     assert isinstance(pool, SerialPool)

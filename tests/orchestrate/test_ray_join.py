@@ -1,6 +1,6 @@
 """`autotune start --ray-address` on an existing cluster with Ray's token authentication.
 
-The cluster is two local Ray nodes of 1 CPU and 8 logical GPUs each, run by
+The cluster is two local Ray nodes of 2 CPUs and 8 logical GPUs each, run by
 ``two_node_cluster.py`` in its own process with ``RAY_AUTH_MODE=token`` and a token in its
 ``$HOME/.ray/auth_token``. autotune runs as a real subprocess with that ``$HOME`` and no
 ``RAY_AUTH_MODE``: it must find the token where Ray's own clients look.
@@ -23,9 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from autotune.errors import ConfigError
 from autotune.orchestrate.ray_join import connect
+from autotune.policy import DEFAULT_POLICY_PATH, load_policy
 from autotune.store import Store
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -116,10 +118,24 @@ def _released(two: TwoNodes, pool: str) -> dict[str, Any]:
     return state
 
 
+def _policy_reserving_gpus(tmp_path: Path) -> Path:
+    """The default policy with ``sim.reserve_gpus: true``: sim replicas of 8 GPUs each."""
+    data = yaml.safe_load(DEFAULT_POLICY_PATH.read_text())
+    data.setdefault("sim", {})["reserve_gpus"] = True
+    path = tmp_path / "policy.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
 def test_a_pass_joins_two_nodes_with_the_token_ray_clients_read(
         two_nodes: TwoNodes, small_sample: Path, tmp_path: Path) -> None:
-    pid, code, err = _start(["--ray-address", two_nodes.address, "--replicas", "2",
-                             "--budget-trials", "2"], small_sample, tmp_path, two_nodes.env())
+    """Placed as a real pass: 8 GPUs a replica, so as many replicas as nodes (the default
+    --replicas), one a node, though each node has the CPUs for two 1-CPU sim replicas."""
+    gpus = load_policy().serve.gpus_per_replica
+    assert gpus == 8
+    pid, code, err = _start(["--ray-address", two_nodes.address, "--budget-trials", "2",
+                             "--policy", str(_policy_reserving_gpus(tmp_path))],
+                            small_sample, tmp_path, two_nodes.env())
     assert code == 0, err[-3000:]
     assert "InvalidAuthToken" not in err and "gcs_client" not in err
     trials = Store.open(f"sqlite:///{tmp_path / 'autotune.db'}").trials()
@@ -138,11 +154,25 @@ def test_a_pass_joins_two_nodes_with_the_token_ray_clients_read(
                     for a in actors}
     assert set(replica_node) == by_replica
     assert sorted(replica_node.values()) == sorted(two_nodes.nodes)  # one replica per node
+    pool = actors[0]["Name"].rsplit("-ray-", 1)[0]
+    groups = {g["name"]: g for g in state["placement_groups"].values()
+              if g["name"].startswith(pool + "-")}
+    assert sorted(groups) == [f"{pool}-replica-0", f"{pool}-replica-1"]
+    for g in groups.values():  # each replica reserved the policy's GPUs, on one node
+        assert g["strategy"] == "STRICT_PACK"
+        assert g["bundles"] == {"0": {"GPU": gpus, "CPU": 1.0}}
+    held = []  # and each replica actor required them, from its own placement group's bundle
+    for a in actors:
+        required = state["actor_resources"][a["ActorID"]]["required"]
+        (group_id,) = {k.rsplit("_", 1)[1] for k in required if k.startswith("GPU_group_0_")}
+        assert required[f"GPU_group_0_{group_id}"] == gpus, required
+        assert required[f"CPU_group_0_{group_id}"] == 1.0, required
+        held.append(group_id)
+    assert sorted(held) == sorted(g["placement_group_id"] for g in groups.values())
     for a in actors:  # the driver stayed connected from before the first to after the last
         assert a["State"] == "DEAD"
         assert "reason: RAY_KILL" in a["DeathCause"]  # freed by the pool, not by its job's end
         assert job["StartTime"] <= a["StartTime"] and a["EndTime"] <= job["EndTime"]
-    pool = actors[0]["Name"].rsplit("-ray-", 1)[0]
     _released(two_nodes, pool)
 
 

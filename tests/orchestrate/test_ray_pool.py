@@ -101,6 +101,18 @@ def test_vllm_replicas_packed_one_per_gpu_bundle(ray_cluster: Any) -> None:
     assert ray_cluster.is_initialized()  # the pool did not own the session's Ray
 
 
+def test_sim_replicas_told_to_reserve_gpus_hold_them_but_simulate_their_profile(
+        ray_cluster: Any) -> None:
+    pool = RayPool.open(_sim_settings(load_policy(), sim_reserves_gpus=True))
+    try:
+        gpu_sets = [set(r["gpu_ids"]) for r in pool.replicas()]
+        assert len(gpu_sets) == 2  # as many 8-GPU replicas as the 16 GPUs hold
+        assert all(len(g) == 8 for g in gpu_sets) and not gpu_sets[0] & gpu_sets[1]
+        assert pool.gpu_kind() is None  # the H100s are held, not what the search assumes
+    finally:
+        pool.close()
+
+
 @pytest.mark.slow
 def test_two_sim_replicas_share_one_run(ray_cluster: Any, small_sample: Path,
                                         db_url: str, tmp_path: Path) -> None:
@@ -212,3 +224,25 @@ def test_retries_spent_fail_the_trial_and_dead_replicas_drain(
             _ = pool.capacity
     finally:
         pool.close()
+
+
+def test_a_replica_serves_the_next_trial_of_its_config_without_a_new_start(
+        ray_cluster: Any, small_sample: Path) -> None:
+    from autotune.cost import START
+    from autotune.orchestrate.servers import REUSED
+
+    policy = load_policy()
+    pool = RayPool.open(_sim_settings(policy, replicas=1))
+    config, other = TrialConfig(3, False, 32, 4096), TrialConfig(5, False, 64, 8192)
+    try:
+        results = []
+        for key, c in ((1, config), (2, config), (3, other)):
+            pool.submit(TrialTask(key, c, _schedule(policy, small_sample)))
+            results.append(pool.wait())
+        charged = [r.measurement.extra[START] if r.measurement else None for r in results]
+        assert charged[0] is not None and charged[0] > 0  # the first trial started a server
+        assert charged[1] == 0.0 and results[1].start_source == REUSED  # the same config
+        assert charged[2] == charged[0] and results[2].start_source != REUSED  # a new one
+    finally:
+        pool.close()
+    assert not pool.replicas()

@@ -138,3 +138,16 @@ def test_replicas_on_cpus_are_planned_in_replicas() -> None:
     assert plan.totals(0)["gpus_saved"] == 0 and plan.totals(0)["replicas_saved"] == 2
     assert plan.headline().startswith("2 replicas saved: recommended configs 1 replica, "
                                       "baseline 3 replicas")
+
+
+def test_split_or_shared_of_cpu_replicas_counts_replicas() -> None:
+    code, math_ = workload("code", 2.0, 1.0, 0.5), workload("math", 2.0, 1.0, 0.5)
+    mixed_rate = (len(code.arrivals) * 2 - 1) / (code.arrivals[-1] - code.arrivals[0])
+    shared = SharedInput(OTHER, cap(OTHER, 1.0, 1.05, mixed_rate))
+    plan = build_plan([code, math_], [shared], settings(gpus_per_replica=0, growth=(1.0,)),
+                      run_id="r", backend="vllm")
+    assert plan.shared is not None
+    row = plan.shared.rows[0]
+    assert (row.unit, row.split_gpus) == ("replicas", 4)
+    assert row.shared_sizing is not None and row.shared_sizing.gpus == 2
+    assert "shared needs 2 fewer replicas" in row.verdict

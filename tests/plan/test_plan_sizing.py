@@ -48,6 +48,8 @@ def test_the_interval_comes_from_the_missed_rate_or_the_resolution() -> None:
     assert old.sustained is None and "unknown" in old.trusted
     assert "burst" in capacity(reading(1.5, 1.8, sustained=0.0)).trusted
     assert capacity(reading(1.5, 1.8)).trusted == ""
+    undecided = capacity({**reading(1.5, 1.8), "slo_verdict_code": 0.5})
+    assert "undecided" in undecided.trusted and undecided.as_dict()["slo_verdict_code"] == 0.5
 
 
 def test_a_count_that_flips_inside_the_interval_says_so() -> None:

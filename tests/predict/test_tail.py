@@ -18,6 +18,7 @@ from autotune.predict.tail import (
     TailReading,
     _p99_cdf,
     _Physics,
+    _slow_runs,
     replay_tail_keys,
     tail_readings,
 )
@@ -150,3 +151,29 @@ def test_a_summary_gives_every_replay_with_p99s_else_the_kept_and_target_reading
            "target_itl_p99_ms": 40.0, "target_ttft_p99_ms": 800.0, "replay0_scale": 1.0}
     got = tail_readings(c, old, target=1.0)
     assert [(r.scale, r.itl_p99_ms) for r in got] == [(1.0, 40.0), (1.5, 55.0)]
+
+
+def test_an_observation_keeps_every_reading_s_p99s() -> None:
+    from autotune.predict import Observation
+
+    summary = {"load_scale": 2.0, "capacity_met_slo": 1.0, "itl_p99_ms": 50.0,
+               "ttft_p99_ms": 900.0}
+    for i, (scale, itl) in enumerate([(1.0, 30.0), (2.0, 50.0), (4.0, 90.0)]):
+        itl_key, ttft_key = replay_tail_keys(i)
+        summary.update({f"replay{i}_scale": scale, itl_key: itl, ttft_key: 300.0 * scale})
+    obs = Observation.from_result(CONFIGS[0], 5.0, True, summary, slo=SLO, target=1.0)
+    assert [(t.scale, t.itl_p99_ms, t.ttft_p99_ms) for t in obs.tails] == [
+        (1.0, 30.0, 300.0), (2.0, 50.0, 600.0), (4.0, 90.0, 1200.0)]
+    failed = Observation.from_result(CONFIGS[0], None, False, summary, slo=SLO, target=1.0)
+    assert failed.tails == ()
+
+
+def test_slow_requests_that_queue_together_count_as_one_run() -> None:
+    # the four slowest of 200 requests: arriving one after another (one queue episode) they
+    # make one run of 4, spread apart four runs of 1
+    together = np.ones((1, 200))
+    together[0, 50:54] = 10.0
+    apart = np.ones((1, 200))
+    apart[0, [10, 60, 110, 160]] = 10.0
+    assert _slow_runs(together)[0] == 4.0
+    assert _slow_runs(apart)[0] == 1.0

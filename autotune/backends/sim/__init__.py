@@ -85,7 +85,9 @@ __all__ = [
 SIM_VERSION = "0.1.0"
 DEFAULT_PROFILE = "kimi-k2.6@8xH200-tp8"
 DEFAULT_DRAFTER = "dspark"
-_OPTIONS = ("profile", "drafter")
+#: The policy's ``sim`` section; ``reserve_gpus`` is where the Ray pool places a replica
+#: (autotune/orchestrate/placement.py), which the simulator itself does not read.
+_OPTIONS = ("profile", "drafter", "reserve_gpus")
 
 
 class SimReplica:

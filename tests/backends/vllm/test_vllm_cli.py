@@ -99,6 +99,13 @@ def test_start_once_two_trials_recommends(tiny_models: TinyModels, tmp_path: Pat
         # the draft has the target's weights: everything it proposes is accepted
         assert t["acceptance_rate"] is not None and t["acceptance_rate"] >= 0.95, t
         assert t["metrics"]["requests"] == 8 and t["metrics"]["failed_requests"] == 0
+        # two configs, two servers: each trial paid its measured start (process launch to
+        # healthy) and its replay's replica time; a replica of 0 GPUs costs 0 GPU-hours
+        m = t["metrics"]
+        assert m["cost_start_s"] > 0 and m["cost_start_source"].startswith("measured")
+        assert m["cost_replay_s"] >= m["duration_s"] > 0
+        assert m["cost_replica_h"] * 3600 == pytest.approx(m["cost_start_s"] + m["cost_replay_s"])
+        assert m["cost_gpu_h"] == 0.0
 
     recs = json.loads(_run(["recommendations", "--db", db, "--format", "json"], tmp_path,
                            120).stdout)

@@ -16,7 +16,9 @@ import pytest
 import yaml
 from vllm_helpers import CPU_ENV, FAST_START, TinyModels, prompt_texts
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+# three server starts (two workloads' trials, the mixed sample's reading) with their capacity
+# replays: a few minutes on an idle machine, more on a loaded one
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(1500)]
 
 AUTOTUNE = [sys.executable, "-c", "from autotune.cli import main; main()"]
 PER_WORKLOAD = 8
