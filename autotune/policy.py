@@ -293,8 +293,9 @@ class Outputs(_Model):
     prompts: int = Field(
         default=8, ge=0,
         description="Prompts of each workload (its first ones, in sample order) decoded "
-                    "greedily per trial; 0: no check. 8 × 32 tokens catch a path that changes "
-                    "1 token in 100 with probability 0.92 for one batched decode per trial.")
+                    "greedily per trial; 0: no check; unset: 8, or all of a smaller workload; "
+                    "set larger than the sample: an error. 8 × 32 tokens catch a path that "
+                    "changes 1 token in 100 with probability 0.92 for one batched decode.")
     max_tokens: int = Field(default=32, ge=1, le=4096,
                             description="Tokens decoded per prompt (end-of-sequence ignored).")
     tie_margin: float = Field(

@@ -129,9 +129,11 @@ def _record_cost(options: TuneOptions, store: Store, run_id: str,
 
 def _check_output_subset(options: TuneOptions, loaded: LoadedWorkloads,
                          backend: Backend) -> None:
-    """The output check's prompts must come from the sample (before anything is written)."""
-    wanted, have = options.policy.outputs.prompts, loaded.sample.requests
-    if decodes_tokens(backend) and wanted > have:
+    """The output check's prompts must come from the sample (before anything is written): a
+    subset set larger than the sample is refused (the default takes what there is)."""
+    outputs = options.policy.outputs
+    wanted, have = outputs.prompts, loaded.sample.requests
+    if decodes_tokens(backend) and "prompts" in outputs.model_fields_set and wanted > have:
         raise ConfigError(
             f"policy key outputs.prompts = {wanted}: the output check's prompt subset is larger "
             f"than the sample ({have} requests in {loaded.sample.path}); set outputs.prompts "

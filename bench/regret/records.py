@@ -39,7 +39,15 @@ class RunRow(TypedDict):
     """One method's run on one seed, scored against that seed's oracle. ``to_2pct`` is inf when
     the run never came within 2%. A real-engine world's row carries its seed's own oracle and
     default (each seed has its own held-out oracle there). Rows recorded before the close race
-    was lack ``close_race`` and ``lead``."""
+    was lack ``close_race`` and ``lead``.
+
+    What the run would cost on real replicas (bench/regret/economy.py; rows recorded before
+    readings carried their cost, or whose readings lack it, have none of these):
+    ``trial_gpu_h`` (each of ``trials``' GPU-hours), ``gpu_h`` (their sum), ``regret_at_gpu_h``
+    (the regret when the method's spending stops at the GPU-hours guided spent on the seed;
+    None without a guided run), ``gpu_h_to_1pct`` (GPU-hours before the recommendation comes
+    within 1%, inf: never). ``no_rate_trials``: search trials of ``trials`` on configs that
+    meet the SLO at no rate by the oracle's readings."""
 
     regret: float
     runs: int
@@ -55,11 +63,37 @@ class RunRow(TypedDict):
     oracle_value: NotRequired[float]
     default_regret: NotRequired[float]
     default_meets_slo: NotRequired[bool]
+    trial_gpu_h: NotRequired[list[float]]
+    gpu_h: NotRequired[float]
+    regret_at_gpu_h: NotRequired[float | None]
+    gpu_h_to_1pct: NotRequired[float]
+    no_rate_trials: NotRequired[int]
+
+
+class BindingRecord(TypedDict):
+    """A unit's binding SLO (bench/regret/binding.py): the rule, the p99 ITL bound it gave and
+    the configs' p99 ITLs at the rate to serve it was set from (best, median), and the
+    throughput-best config (the oracle under the workload's own SLO, by capacity at any rate)
+    with whether it serves the rate within the binding SLO. ``itl_p99_ms`` None: no config
+    kept up with the arrivals at the rate (``configs_keeping_up`` 0 of ``configs``), so the
+    unit kept the workload's own SLO; ``reachable`` False: no config's capacity reading served
+    the rate under the bound, so the unit was scored by capacity at any rate."""
+
+    world: str
+    rule: str
+    itl_p99_ms: float | None
+    configs_keeping_up: int
+    configs: int
+    itl_p99_at_rate_best_ms: float | None
+    itl_p99_at_rate_median_ms: float | None
+    throughput_best: str
+    throughput_best_serves: bool
+    reachable: NotRequired[bool]
 
 
 class Detail(TypedDict):
     """One (world, workload) scored: its SLO, its oracle, the default's regret, every method's
-    rows by method (one per seed)."""
+    rows by method (one per seed); under a binding SLO, how it was set (``binding``)."""
 
     slo: SloRecord
     oracle: str
@@ -69,12 +103,16 @@ class Detail(TypedDict):
     default_meets_slo: bool
     runs: dict[str, list[RunRow]]
     workload: str
+    binding: NotRequired[BindingRecord]
 
 
 class MethodSummary(TypedDict):
     """A method over a set of units (the seed default: ``median_regret`` alone). Runs to 2% for
     the methods that run on (None: not reached in half the runs); the share of runs said close
-    for guided."""
+    for guided. With rows that carry their cost (bench/regret/economy.py): the median GPU-hours
+    of a run, the median regret at guided's GPU-hours (the seed's), the median GPU-hours to
+    1% (None: not reached in half the runs); and the median search trials per workload on
+    configs that meet the SLO at no rate."""
 
     median_regret: float
     max_regret: NotRequired[float]
@@ -84,14 +122,33 @@ class MethodSummary(TypedDict):
     median_runs_to_2pct: NotRequired[float | None]
     losses_said_close: NotRequired[float | None]
     others_said_close: NotRequired[float | None]
+    median_gpu_h: NotRequired[float]
+    regret_at_guided_gpu_h: NotRequired[float]
+    median_gpu_h_to_1pct: NotRequired[float | None]
+    median_no_rate_trials: NotRequired[float]
 
 
 class Summary(TypedDict):
-    """A world's (or every world's) summary: its workloads, seeds and methods."""
+    """A world's (or every world's) summary: its workloads, seeds and methods; for a world,
+    whether the search was tuned on it (bench/regret/worlds.py ``TUNED_ON``; False: scored
+    once, new to the search)."""
 
     workloads: list[str]
     seeds: int
     methods: dict[str, MethodSummary]
+    tuned_on: NotRequired[bool]
+
+
+class BindingSummary(TypedDict):
+    """Over the units scored under a binding SLO: the rule that set the bounds, how many units,
+    those whose throughput-best config fails the SLO at the rate to serve, and those where no
+    config kept up with the arrivals at the rate (no binding bound)."""
+
+    rule: str
+    units: int
+    throughput_best_fails: int
+    which: list[str]
+    out_of_reach: list[str]
 
 
 class Provenance(TypedDict):
@@ -102,11 +159,15 @@ class Provenance(TypedDict):
 
 
 class Result(TypedDict):
-    """The result over the units finished: per world and over all of them."""
+    """The result over the units finished: per world and over all of them; the worlds the
+    search was tuned on (``tuned_on``); under a binding SLO, its units counted
+    (``binding_slo``)."""
 
     worlds: dict[str, Summary]
     summary: Summary
     provenance: NotRequired[Provenance]
+    tuned_on: NotRequired[list[str]]
+    binding_slo: NotRequired[BindingSummary]
 
 
 #: Per world, its units' details.

@@ -14,8 +14,10 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 
-from bench.regret.records import Detail, MethodSummary, Result, Summary
+from bench.regret.binding import RULE, changed_winner, out_of_reach
+from bench.regret.records import Detail, MethodSummary, Result, RunRow, Summary
 from bench.regret.settings import METHODS, SAID_LOSS
+from bench.regret.worlds import TUNED_ON
 
 
 def median(xs: Sequence[float]) -> float:
@@ -38,11 +40,31 @@ def summarize(units: Sequence[Detail], seeds: int) -> Summary:
             summary["median_runs_to_2pct"] = to2 if math.isfinite(to2) else None
         if m == "guided":
             summary["losses_said_close"], summary["others_said_close"] = _said_close(units)
+        _economy(summary, rows)
         methods[m] = summary
     methods["default"] = {"median_regret": round(median([u["default_regret"]
                                                          for u in units]), 4)}
     return {"workloads": sorted({u["workload"] for u in units}), "seeds": seeds,
             "methods": methods}
+
+
+def _economy(summary: MethodSummary, rows: Sequence[RunRow]) -> None:
+    """Set a method's economy over its rows (bench/regret/economy.py), the keys its rows carry:
+    median GPU-hours of a run, median regret at guided's GPU-hours, median GPU-hours to 1%
+    (None: not reached in half the runs), median search trials on configs that meet the SLO
+    at no rate."""
+    no_rate = [r["no_rate_trials"] for r in rows if "no_rate_trials" in r]
+    if no_rate:
+        summary["median_no_rate_trials"] = median(no_rate)
+    costed = [r for r in rows if "gpu_h" in r]
+    if not costed:
+        return
+    summary["median_gpu_h"] = round(median([r["gpu_h"] for r in costed]), 6)
+    at = [a for r in costed if (a := r.get("regret_at_gpu_h")) is not None]
+    if at:
+        summary["regret_at_guided_gpu_h"] = round(median(at), 4)
+    to1 = median([r["gpu_h_to_1pct"] for r in costed])
+    summary["median_gpu_h_to_1pct"] = round(to1, 6) if math.isfinite(to1) else None
 
 
 def _said_close(units: Sequence[Detail]) -> tuple[float | None, float | None]:
@@ -71,6 +93,15 @@ def checks(name: str, res: Summary, units: Sequence[Detail]) -> list[str]:
     def mark(ok: bool) -> str:
         return "PASS" if ok else "FAIL"
 
+    economy = []
+    if "regret_at_guided_gpu_h" in t:
+        economy.append(f"{mark(g['median_regret'] <= t['regret_at_guided_gpu_h'] / 3)} at "
+                       f"guided's GPU-hours guided {g['median_regret']:.2%} <= tpe "
+                       f"{t['regret_at_guided_gpu_h']:.2%} / 3")
+    if "median_no_rate_trials" in g:
+        economy.append(f"{mark(g['median_no_rate_trials'] <= 1)} guided median search trials "
+                       f"on configs meeting the SLO at no rate {g['median_no_rate_trials']:g} "
+                       f"<= 1")
     return [
         f"{name}: {mark(g['median_regret'] <= 0.01)} guided median regret "
         f"{g['median_regret']:.2%} <= 1%; {mark(g['max_regret'] <= 0.03)} worst "
@@ -83,6 +114,7 @@ def checks(name: str, res: Summary, units: Sequence[Detail]) -> list[str]:
         f"{g['regret_at_6']:.2%} <= tpe {t['regret_at_6']:.2%} / 3; "
         f"{mark(not losses)} never loses to a default that meets the SLO"
         + (f" (loses: {', '.join(losses)})" if losses else ""),
+        *(["  " + "; ".join(economy)] if economy else []),
     ]
 
 
@@ -96,6 +128,37 @@ def result(by_world: Mapping[str, list[Detail]], order: Sequence[str],
             details.sort(key=lambda u: (order.index(u["workload"]) if u["workload"] in order
                                         else len(order), u["workload"]))
             worlds[name] = summarize(details, seeds[name])
+    for name, summary in worlds.items():
+        summary["tuned_on"] = name in TUNED_ON
     every = [u for details in by_world.values() for u in details]
-    return {"worlds": worlds,
-            "summary": summarize(every, min(seeds[n] for n, d in by_world.items() if d))}
+    out: Result = {"worlds": worlds,
+                   "summary": summarize(every, min(seeds[n] for n, d in by_world.items() if d)),
+                   "tuned_on": list(TUNED_ON)}
+    bound = [u for u in every if "binding" in u]
+    if bound:
+        fails = changed_winner(bound)
+        out["binding_slo"] = {"rule": RULE, "units": len(bound),
+                              "throughput_best_fails": len(fails), "which": fails,
+                              "out_of_reach": out_of_reach(bound)}
+    return out
+
+
+def tuned_on_lines(worlds: Sequence[str]) -> list[str]:
+    """Which worlds the search was tuned on, and which of ``worlds`` are new to it."""
+    new = [w for w in worlds if w not in TUNED_ON]
+    return [f"tuned on ({len(TUNED_ON)} worlds, in-sample): {', '.join(TUNED_ON)}",
+            f"scored once (new to the search, the code frozen): {', '.join(new) or 'none'}"]
+
+
+def binding_lines(res: Result) -> list[str]:
+    """The binding-SLO count: units whose throughput-best config fails the SLO at the rate."""
+    b = res.get("binding_slo")
+    if b is None:
+        return []
+    return [f"binding SLO ({b['rule']}): the throughput-best config fails the SLO at the rate "
+            f"to serve in {b['throughput_best_fails']} of {b['units']} units "
+            f"({'PASS' if 2 * b['throughput_best_fails'] >= b['units'] else 'FAIL'} at least "
+            f"half)" + (f": {', '.join(b['which'])}" if b["which"] else "")
+            + (f"; the rate is out of reach (no config keeps up with it, or none's capacity "
+               f"serves it: scored by capacity at any rate) in {', '.join(b['out_of_reach'])}"
+               if b.get("out_of_reach") else "")]

@@ -13,7 +13,7 @@ from pathlib import Path
 import bench.regret
 from bench.paths import shared_data
 from bench.regret.records import Detail, DetailFile
-from bench.regret.report import checks, result
+from bench.regret.report import binding_lines, checks, result, tuned_on_lines
 from bench.regret.settings import FULL_SPACE, METHODS, SMALL_SPACE, Settings
 from bench.regret.sim_reader import sim_fingerprint
 from bench.regret.unit import map_units
@@ -57,6 +57,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--methods", nargs="*", choices=METHODS, default=list(METHODS),
                    help="the search methods to score (default: all; the seed default is "
                         "always scored)")
+    p.add_argument("--binding-slo", action="store_true",
+                   help="score whether a config serves the workload's rate within an SLO whose "
+                        "p99 ITL bound is set between the configs' p99 ITLs at the rate to serve "
+                        "(bench/regret/binding.py), not its capacity at any rate; simulated "
+                        "worlds only")
     p.add_argument("--cache", help="JSON-lines file of readings (read, appended)")
     p.add_argument("--detail", type=Path,
                    help="write per-run details (JSON) here, after each unit "
@@ -78,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--engine-seeds {args.engine_seeds}: a real-engine world scores each seed "
                 f"against the other seeds' readings, so it needs at least 2 (3 gives 2 "
                 f"readings per config)")
+    if args.binding_slo and args.engine:
+        p.error("--binding-slo scores the rate to serve of the simulated worlds' workloads; a "
+                "real-engine world replays its own closed-loop workload: drop --engine")
     settings = Settings(
         space=FULL_SPACE if args.full_space else SMALL_SPACE, seeds=args.seeds,
         requests=args.requests, repeats=args.repeats, refine=args.refine,
@@ -85,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         settle_within=args.settle_within, settle_se=args.settle_se,
         capacity_replays=args.capacity_replays, engine_seeds=args.engine_seeds,
         engine_machine=args.engine_machine, methods=tuple(args.methods), cache=args.cache,
-        fingerprint=sim_fingerprint())
+        fingerprint=sim_fingerprint(), binding_slo=args.binding_slo)
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr if args.json else sys.stdout, flush=True)
@@ -105,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     by_world: dict[str, list[Detail]] = {w.name: [] for w in [*worlds, *engines]}
     seeds = {**{w.name: args.seeds for w in worlds},
              **{w.name: args.engine_seeds for w in engines}}
+    for line in tuned_on_lines([*by_world]):
+        log(line)
     measured = 0
     for done, res in enumerate(map_units(args.jobs, settings, units), start=1):
         for line in res.lines:
@@ -130,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
             for line in checks(name, out["worlds"][name], details):
                 log(line)
         for line in checks("summary", out["summary"], every):
+            log(line)
+        for line in [*binding_lines(out), *tuned_on_lines([*by_world])]:
             log(line)
         log(f"{measured} readings measured, wall {time.perf_counter() - t0:.0f} s")
     print(json.dumps(out))

@@ -10,21 +10,24 @@ workloads' SLOs were written for is held to them in its own time (:func:`dilatio
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bench.regret.binding import bound, keeping_up
 from bench.regret.oracle import Table, build_table
-from bench.regret.reading import Reading, ReadingCache
+from bench.regret.reading import COST_KEYED, Reading, ReadingCache, reading_cost
 from bench.regret.records import Json
 from bench.regret.settings import BUDGET, LONG_RUN, SMALL_SPACE, Settings, Space
 from bench.regret.workloads import Workload
 from bench.regret.worlds import ServeKeys, World, WorldKeys, sim_worlds
 
 if TYPE_CHECKING:
+    from autotune.backends import Backend
     from autotune.policy import Policy
-    from autotune.types import TrialConfig
+    from autotune.types import Measurement, ReplaySchedule, TrialConfig
 
 #: A simulator profile of a local spec pair names its model ``local/spec-pair-<pair>``.
 LOCAL_PAIR = "local/spec-pair-"
@@ -75,17 +78,35 @@ def unloaded_latencies(world: World, wl: Workload) -> tuple[float, float, float]
     serving ``wl``'s requests one at a time (closed loop, one in flight): no queueing."""
     from autotune.backends import create_backend
     from autotune.slo import Slo
-    from autotune.types import ReplaySchedule
 
     policy = bench_policy(world, wl, "grid", BUDGET, SMALL_SPACE)
     backend = create_backend("sim", policy.serve.spec(), policy.sim.model_dump(), 0)
-    replica = backend.start(policy.baseline.config())
-    try:
-        m = replica.replay(ReplaySchedule(wl.requests, mode="closed", concurrency=1, seed=0))
-    finally:
-        replica.stop()
+    m = one_at_a_time(backend, policy.baseline.config(), wl)
     check = m.slo_check(Slo())
     return check.ttft_p99_ms, check.itl_p99_ms, float(m.e2e_s[m.ok].mean())
+
+
+def one_at_a_time(backend: Backend, config: TrialConfig, wl: Workload) -> Measurement:
+    """``config`` serving ``wl``'s requests one at a time (closed loop, one in flight)."""
+    from autotune.types import ReplaySchedule
+
+    return _replay(backend, config, ReplaySchedule(wl.requests, mode="closed", concurrency=1,
+                                                   seed=0))
+
+
+def at_the_rate(backend: Backend, config: TrialConfig, wl: Workload) -> Measurement:
+    """``config`` serving ``wl``'s requests as they arrive (the rate to serve)."""
+    from autotune.types import ReplaySchedule
+
+    return _replay(backend, config, ReplaySchedule(wl.requests, mode="trace", seed=0))
+
+
+def _replay(backend: Backend, config: TrialConfig, schedule: ReplaySchedule) -> Measurement:
+    replica = backend.start(config)
+    try:
+        return replica.replay(schedule)
+    finally:
+        replica.stop()
 
 
 def dilation(world: World, wl: Workload) -> tuple[float, float, float]:
@@ -147,12 +168,54 @@ class SimReader:
                                       self.policy.sim.model_dump(), 0)
         # keyed by the workload as written (its SLO before any dilation)
         self.key = (f"{world.name}|{wl.name}|{settings.requests}|{settings.capacity_replays}|"
-                    f"{wl.slo}|{settings.fingerprint}")
+                    f"{wl.slo}|{settings.fingerprint}|{COST_KEYED}")
         self.cache = ReadingCache(settings.cache, self.key)
+        #: the binding p99 ITL bound (None: no config keeps up at the rate) and the p99 ITLs at
+        #: the rate of the configs that keep up, which it was set from
+        self.binding: tuple[float | None, list[float]] | None = None
+        if settings.binding_slo:
+            at_rate = [self.at_rate(c) for c in self.configs()]
+            itl = bound(at_rate, self.wl.slo[0])
+            self.binding = (itl, keeping_up(at_rate, self.wl.slo[0]))
+            if itl is None:
+                return
+            self.wl = replace(self.wl, slo=(self.wl.slo[0], itl))
+            self.policy = self.search_policy("grid", BUDGET)
+            self.key += f"|binding {itl:.6g}"
+            measured = self.cache.measured
+            self.cache = ReadingCache(settings.cache, self.key)
+            self.cache.measured = measured
 
     @property
     def measured(self) -> int:
         return self.cache.measured
+
+    def configs(self) -> list[TrialConfig]:
+        """The baseline and every config of the space."""
+        return [self.policy.baseline.config(), *self.policy.space.configs()]
+
+    #: under a binding SLO, whether some config's capacity reading serves the rate (False:
+    #: none does, and the unit is scored by capacity at any rate)
+    reachable = True
+
+    @property
+    def bound(self) -> bool:
+        """Scored under a binding SLO: ``--binding-slo``, some config keeps up with the
+        arrivals at the rate and some config's capacity reading serves it."""
+        return self.binding is not None and self.binding[0] is not None and self.reachable
+
+    def at_rate(self, config: TrialConfig) -> tuple[float, float]:
+        """``config``'s p99 ITL and p99 TTFT (ms) serving the workload's requests at the rate
+        to serve (:func:`at_the_rate`), measured once and cached."""
+        from autotune.slo import Slo
+
+        def measure() -> Reading:
+            check = at_the_rate(self.backend, config, self.wl).slo_check(Slo())
+            return Reading(check.itl_p99_ms, True, {}, {"ttft_p99_ms": check.ttft_p99_ms})
+
+        r = self.cache.read(f"{self.key}|{config.short()}|at-rate", measure)[0]
+        ttft = r.summary["ttft_p99_ms"]
+        return r.value, float(ttft) if isinstance(ttft, int | float) else math.inf
 
     def search_policy(self, strategy: str, budget: int) -> Policy:
         """The policy a method searches with (``strategy``, ``budget`` trials)."""
@@ -161,8 +224,7 @@ class SimReader:
     def tables(self, seeds: int) -> list[Table[TrialConfig]]:
         """The oracle each seed is scored against: here one for all, every config and the
         baseline read ``--repeats`` times on the oracle's own replay seeds."""
-        configs = [self.policy.baseline.config(), *self.policy.space.configs()]
-        return [build_table(configs, self.read, self.settings)] * seeds
+        return [build_table(self.configs(), self.read, self.settings, binding=self.bound)] * seeds
 
     def read(self, config: TrialConfig, replay_seed: int) -> Reading:
         key = f"{self.key}|{config.short()}|{replay_seed}"
@@ -171,11 +233,12 @@ class SimReader:
     def _measure(self, config: TrialConfig, replay_seed: int) -> Reading:
         from autotune.objective import score_measurement
         from autotune.orchestrate.capacity import replay_at_capacity
+        from autotune.orchestrate.servers import MeteredReplica
         from autotune.predict import decode_stats
 
         slo = self.policy.objective.slo.slo()
         schedule = self.policy.replay.schedule(self.wl.requests, seed=replay_seed, slo=slo)
-        replica = self.backend.start(config)
+        replica = MeteredReplica(self.backend.start(config))
         try:
             m = replay_at_capacity(replica, schedule, slo,
                                    max_replays=self.settings.capacity_replays)
@@ -185,4 +248,5 @@ class SimReader:
         summary: dict[str, Json] = {k: v for k, v in out.summary.items()
                                     if k != "per_position_acceptance"}
         summary.update(decode_stats(m))
+        summary.update(reading_cost(replica, self.policy.gpus_per_replica))
         return Reading(out.value, out.feasible, dict(out.constraints), summary)

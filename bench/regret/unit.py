@@ -5,12 +5,21 @@ real-engine ones one at a time after them (:func:`map_units`).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
+from bench.regret.binding import record
+from bench.regret.economy import (
+    gpu_h_to,
+        no_rate_trials,
+    trial_gpu_h,
+    within_budget,
+)
 from bench.regret.engine_reader import EngineReader
-from bench.regret.methods import race, recommended, run_grid, run_searcher, runs_to
+from bench.regret.methods import Trials, race, recommended, run_grid, run_searcher, runs_to
 from bench.regret.oracle import Table
 from bench.regret.reader import Reader
 from bench.regret.records import Detail, RunRow
@@ -19,6 +28,9 @@ from bench.regret.settings import BUDGET, EQUAL_BUDGET, Settings
 from bench.regret.sim_reader import SimReader
 from bench.regret.workloads import Workload
 from bench.regret.worlds import World
+
+if TYPE_CHECKING:
+    from autotune.types import TrialConfig
 
 
 @dataclass(frozen=True)
@@ -45,7 +57,38 @@ def bench_unit(world: World, wl: Workload | None, settings: Settings) -> UnitRes
     else:
         assert wl is not None
         reader, seeds = SimReader(world, wl, settings), settings.seeds
+        if settings.binding_slo:
+            return _binding(reader, wl, settings, t0)
     return score_methods(reader, seeds, settings.methods, t0)
+
+
+def _binding(reader: SimReader, wl: Workload, settings: Settings, t0: float) -> UnitResult:
+    """A unit under its binding SLO (bench/regret/binding.py), with its ``binding`` record:
+    the throughput-best config is the oracle of the same readings under the workload's own
+    SLO, by capacity at any rate."""
+    assert reader.binding is not None
+    own = SimReader(reader.world, wl, replace(settings, binding_slo=False))
+    throughput_best, _ = own.tables(1)[0].oracle()
+    table = reader.tables(1)[0]
+    reachable = any(table.mostly_feasible(c) for c in table.readings)
+    if not reachable:  # no config's capacity reaches the rate: scored by capacity at any rate
+        reader.reachable = False
+    res = score_methods(reader, settings.seeds, settings.methods, t0)
+    serves = table.mostly_feasible(throughput_best)
+    itl, kept = reader.binding
+    res.detail["binding"] = record(reader.world.name, itl, kept, len(reader.configs()),
+                                   throughput_best.short(), serves, reachable)
+    res.lines.insert(1, f"  binding p99 ITL {itl:.1f} ms (p99 ITL at the rate of the "
+                        f"{len(kept)} configs keeping up: best {min(kept):.1f}, median "
+                        f"{median(kept):.1f}); throughput-best {throughput_best.short()} "
+                        f"{'serves' if serves else 'FAILS'} the rate"
+                        + ("" if reachable else "; no config's capacity reading serves the "
+                           "rate: scored by capacity at any rate")
+                     if itl is not None else
+                     "  binding SLO: no config keeps up with the arrivals at the rate to "
+                     "serve: the workload's own SLO kept")
+    return replace(res, measured=res.measured + own.measured,
+                   seconds=time.perf_counter() - t0)
 
 
 def score_methods(reader: Reader, seeds: int, methods: Sequence[str], t0: float) -> UnitResult:
@@ -55,7 +98,7 @@ def score_methods(reader: Reader, seeds: int, methods: Sequence[str], t0: float)
     world, wl = reader.world, reader.wl
     tables = reader.tables(seeds)
     pooled = Table({c: list({id(r): r for t in tables for r in t.readings[c]}.values())
-                    for c in tables[0].readings})  # every reading once
+                    for c in tables[0].readings}, binding=tables[0].binding)  # every reading once
     best_c, best_v = pooled.oracle()
     default = reader.policy.baseline.config()
     runs: dict[str, list[RunRow]] = {}
@@ -69,6 +112,7 @@ def score_methods(reader: Reader, seeds: int, methods: Sequence[str], t0: float)
         "workload": wl.name}
     lines = [f"{world.name} {wl.name}: oracle {best_c.short()} = {best_v:.3f}; default regret "
              f"{detail['default_regret']:.2%} (meets SLO: {detail['default_meets_slo']})"]
+    budgets: dict[int, float] = {}  # guided's GPU-hours per seed: the equal budget
     for method in methods:
         rows: list[RunRow] = []
         for seed, table in enumerate(tables):
@@ -88,7 +132,13 @@ def score_methods(reader: Reader, seeds: int, methods: Sequence[str], t0: float)
                            "to_2pct": runs_to(table, run.trials, 0.02),
                            "chosen": chosen.short() if chosen else None,
                            "stop": run.stop_reason,
-                           "trials": [c.short() for c, _ in head], **race(head)}
+                           "trials": [c.short() for c, _ in head], **race(head),
+                           "no_rate_trials": no_rate_trials([c for c, _ in head],
+                                                            table.meets_somewhere, default)}
+            _economy(row, table, run.trials, len(head),
+                     budgets.get(seed) if method != "guided" else None)
+            if method == "guided" and "gpu_h" in row:
+                budgets[seed] = row["gpu_h"]
             if any(t is not tables[0] for t in tables):  # the seed's own oracle and default
                 oracle_c, oracle_v = table.oracle()
                 row.update({"oracle": oracle_c.short(), "oracle_value": oracle_v,
@@ -101,11 +151,40 @@ def score_methods(reader: Reader, seeds: int, methods: Sequence[str], t0: float)
                      f"{median([r['regret_at_6'] for r in rows]):.2%} runs "
                      f"{median([r['runs'] for r in rows]):.0f} to2% "
                      f"{[r['to_2pct'] for r in rows]}")
+        lines.append(_economy_line(rows))
     if "guided" in runs:
         g = runs["guided"][0]
         lines.append(f"  guided seed 0 ran {g['trials']} -> {g['chosen']} ({g['stop']})")
     return UnitResult(world.name, wl.name, detail, time.perf_counter() - t0, reader.measured,
                       lines, seeds)
+
+
+def _economy(row: RunRow, table: Table[TrialConfig], trials: Trials, head: int,
+             budget: float | None) -> None:
+    """Set ``row``'s cost keys (bench/regret/economy.py): its first ``head`` trials'
+    GPU-hours, the regret when it stops at ``budget`` GPU-hours (guided's on the seed; None:
+    the row is guided's, whose budget is its own spend), the GPU-hours to 1% over all its
+    ``trials``; none when a reading lacks its cost."""
+    spent = trial_gpu_h(trials)
+    if spent is None:
+        return
+    row["trial_gpu_h"] = [round(g, 6) for g in spent[:head]]
+    row["gpu_h"] = round(sum(spent[:head]), 6)
+    k = head if budget is None else within_budget(spent, budget)
+    row["regret_at_gpu_h"] = table.regret(recommended(trials[:k]))
+    row["gpu_h_to_1pct"] = gpu_h_to(spent, lambda k: table.regret(recommended(trials[:k])))
+
+
+def _economy_line(rows: Sequence[RunRow]) -> str:
+    """A method's GPU-hours, regret at guided's GPU-hours and no-rate trials, one line."""
+    no_rate = median([r["no_rate_trials"] for r in rows if "no_rate_trials" in r] or [0])
+    costed = [r for r in rows if "gpu_h" in r]
+    if not costed:
+        return f"          no-rate trials {no_rate:g} (the readings carry no cost)"
+    at = [a for r in costed if (a := r.get("regret_at_gpu_h")) is not None]
+    return (f"          GPU-h median {median([r['gpu_h'] for r in costed]):.3g} at guided's "
+            f"GPU-h {median(at) if at else math.nan:.2%} GPU-h to 1% "
+            f"{median([r['gpu_h_to_1pct'] for r in costed]):.3g} no-rate trials {no_rate:g}")
 
 
 def map_units(jobs: int, settings: Settings,

@@ -61,6 +61,25 @@ class WorldKeys(TypedDict):
     space: NotRequired[dict[str, list[int]]]
 
 
+#: The worlds the search (the guided strategy and its predictor) was tuned on: every change to
+#: it was judged by regret runs over them (bench/results/HISTORY.md, 2026-11-29 to 2026-12-05:
+#: the twelve worlds of bench/results/regret/regret-worlds.json), so their figures are
+#: in-sample. A world not named here is new to the search: it is scored once with the code
+#: frozen, and that first figure is the one reported (the output marks it "scored once").
+TUNED_ON: tuple[str, ...] = (
+    "kimi-k2.6@8xH200-tp8/dspark", "kimi-k2.6@8xH200-tp8/eagle3-mla",
+    "kimi-k2.7-code@8xH200-tp8/dspark", "kimi-k2.7-code@8xH200-tp8/eagle3-mla",
+    "llama-3.1-70b@1xMI300X-table/eagle3", "llama-3.1-70b@4xH100-tp4/eagle3",
+    "llama-3.1-70b@4xH100-tp4-table/eagle3", "llama-3.1-8b@1xH100-table/eagle3",
+    "llama-3.1-8b@1xL40S-table/eagle3", "llama768x12@vllm-cpu-1thread/early-exit",
+    "vllm-cpu/eps005", "vllm-cpu/eps002")
+
+
+def tuned_on(name: str) -> bool:
+    """Whether the search was tuned on world ``name`` (:data:`TUNED_ON`)."""
+    return name in TUNED_ON
+
+
 @dataclass(frozen=True)
 class World:
     """One world: what it is, where its numbers come from, and the policy keys that select it

@@ -61,6 +61,8 @@ def test_the_headline_is_the_gpus_the_recommended_configs_save() -> None:
     totals = plan.totals(0)
     assert totals["gpus_saved"] == (3 - 1) * 8 and totals["replicas_saved"] == 2
     assert plan.headline().startswith("16 GPUs saved (2 replicas)")
+    assert plan.headline().endswith("(at ×2: 32 GPUs saved (4 replicas), ×4: 56 GPUs saved "
+                                    "(7 replicas))")
     assert plan.as_dict()["totals"][2]["gpus_saved"] == (9 - 2) * 8
 
 

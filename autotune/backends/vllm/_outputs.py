@@ -90,7 +90,11 @@ def decode_check(client: Any, base_url: str, model: str, check: OutputCheck,
         if resp.status_code != 200:
             raise TrialFailed(f"output check: {base_url} answered HTTP {resp.status_code} "
                               f"for request {request.id!r}: {resp.text[:300]}")
-        choices = resp.json().get("choices") or []
+        try:
+            choices = resp.json().get("choices") or []
+        except ValueError as e:  # not the JSON completion asked for
+            raise TrialFailed(f"output check: {base_url} answered request {request.id!r} with "
+                              f"no JSON completion ({e}): {resp.text[:200]!r}") from e
         if not choices:
             raise TrialFailed(f"output check: {base_url} returned no choice for request "
                               f"{request.id!r}")

@@ -7,7 +7,9 @@ timing: ``"until=N"`` holds the stream (after the headers) until the server has 
 requests, and ``"hold"`` holds it until :meth:`FakeServer.release` or until the client closes
 the connection (noted as :attr:`Exchange.disconnected`). A hold gives up after
 :data:`HOLD_GIVE_UP_S` and answers anyway, so a client that waits for the wrong thing fails its
-test instead of hanging it. Token-id prompts are answered like an empty script.
+test instead of hanging it. Token-id prompts are answered like an empty script. A request with
+``"stream": false`` (the output check's greedy decode) gets one JSON completion: tokens
+``0..max_tokens-1``, each leading the next by 1.5 in log-probability.
 
 It also serves ``/health``, ``/v1/models``, ``/version``, ``/tokenize`` and ``/metrics`` (with
 speculative-decoding counters that grow by one draft of ``K`` tokens, ``accepted`` of them, per
@@ -176,6 +178,17 @@ class _Script(BaseHTTPRequestHandler):
                        {"error": {"message": "max_tokens too large", "code": 400}})
             return
         n = int(body["max_tokens"])
+        if body.get("stream") is False:  # the output check's greedy decode: one JSON answer
+            self._leave()
+            self._json(200, {"choices": [{
+                "index": 0, "text": "x" * n, "finish_reason": "length",
+                "token_ids": list(range(n)),
+                "logprobs": {"tokens": [f"token_id:{t}" for t in range(n)],
+                             "top_logprobs": [{f"token_id:{t}": -0.5, f"token_id:{t + 1}": -2.0}
+                                              for t in range(n)]}}],
+                "usage": {"completion_tokens": n}})
+            exchange.end_s = time.perf_counter()
+            return
         per = int(spec.get("per", 1))
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")

@@ -1,0 +1,184 @@
+"""The regret benchmark's economy: what a run would cost on real replicas, its regret at an equal
+GPU-hour budget, the trials it spends on configs that meet the SLO at no rate, and the
+binding-SLO scoring, on constructed readings."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from autotune.cost import TrialCost
+from bench.regret.binding import RULE, bound, changed_winner, keeping_up, record
+from bench.regret.economy import gpu_h_to, no_rate_trials, trial_gpu_h, within_budget
+from bench.regret.oracle import Table
+from bench.regret.reading import Reading
+from bench.regret.records import Detail, Json, RunRow
+from bench.regret.report import binding_lines, checks, result, summarize, tuned_on_lines
+from bench.regret.worlds import TUNED_ON
+
+
+def reading(value: float, *, start_s: float = 600.0, replay_s: float = 1800.0, gpus: int = 8,
+            scale: float = 2.0, met: bool = True) -> Reading:
+    """A capacity reading: ``value`` at ``scale`` × the sample's rate (``met``: the SLO was met
+    there), costing a server start and replay time on a replica of ``gpus`` GPUs."""
+    summary: dict[str, Json] = {"load_scale": scale, "capacity_met_slo": 1.0 if met else 0.0,
+                                **TrialCost(start_s, replay_s, gpus).metrics()}
+    return Reading(value, met, {"itl": -1.0 if met else 5.0}, summary)
+
+
+def test_a_trial_of_the_config_the_server_already_serves_pays_no_start() -> None:
+    trials = [("a", reading(1.0)), ("a", reading(1.0)), ("b", reading(1.0)),
+              ("a", reading(1.0, gpus=4))]
+    spent = trial_gpu_h(trials)
+    assert spent == pytest.approx([(600 + 1800) / 3600 * 8, 1800 / 3600 * 8,
+                                   (600 + 1800) / 3600 * 8, (600 + 1800) / 3600 * 4])
+
+
+def test_a_run_whose_readings_lack_their_cost_has_none() -> None:
+    bare = Reading(1.0, True, {}, {"load_scale": 1.0})
+    assert trial_gpu_h([("a", reading(1.0)), ("b", bare)]) is None
+
+
+def test_a_budget_pays_for_the_leading_trials_it_covers() -> None:
+    spent = [2.0, 1.0, 3.0, 0.5]
+    assert within_budget(spent, 3.0) == 2
+    assert within_budget(spent, 2.9) == 1
+    assert within_budget(spent, 1.0) == 0
+    assert within_budget(spent, 100.0) == 4
+
+
+def test_gpu_hours_to_one_percent_count_every_trial_before_it() -> None:
+    regrets = {1: 0.2, 2: 0.05, 3: 0.0, 4: 0.0}
+    assert gpu_h_to([2.0, 1.0, 3.0, 0.5], regrets.__getitem__) == pytest.approx(6.0)
+    assert math.isinf(gpu_h_to([2.0, 1.0], regrets.__getitem__))
+
+
+def test_search_trials_on_configs_meeting_the_slo_at_no_rate_are_counted() -> None:
+    table = Table({"base": [reading(1.0, met=False)] * 2, "ok": [reading(2.0)] * 2,
+                   "never": [reading(0.5, met=False)] * 2,
+                   "split": [reading(2.0), reading(0.5, met=False), reading(0.5, met=False)]})
+    trials = ["base", "never", "ok", "split", "never"]
+    # the baseline's trial is not a search trial, however its config fares
+    assert no_rate_trials(trials, table.meets_somewhere, "base") == 3
+
+
+def test_a_binding_slo_scores_serving_the_rate_not_capacity_at_any_rate() -> None:
+    """The config with the most capacity serves only half the rate to serve: under a binding
+    SLO the best is the one that serves the rate, and a pick of the other is worth nothing."""
+    readings = {"fast": [reading(10.0, scale=0.5)] * 2, "slow": [reading(6.0, scale=1.2)] * 2,
+                "slower": [reading(5.4, scale=1.1)] * 2}
+    anywhere, binding = Table(readings), Table(readings, binding=True)
+    assert anywhere.oracle() == ("fast", 10.0)
+    assert binding.oracle() == ("slow", 6.0)
+    assert binding.regret("fast") == 1.0
+    assert binding.regret("slower") == pytest.approx(0.1)
+    assert anywhere.regret("slow") == pytest.approx(0.4)
+
+
+def _row(regret: float, gpu_h: float, at_gpu_h: float, to1: float, no_rate: int) -> RunRow:
+    return {"regret": regret, "runs": 6, "regret_se": None, "regret_at_6": regret,
+            "to_2pct": 3.0, "chosen": "c", "stop": "", "trials": [], "gpu_h": gpu_h,
+            "trial_gpu_h": [gpu_h], "regret_at_gpu_h": at_gpu_h, "gpu_h_to_1pct": to1,
+            "no_rate_trials": no_rate}
+
+
+def _unit(guided: list[RunRow], tpe: list[RunRow]) -> Detail:
+    return {"slo": {"ttft_p99_ms": 3000.0, "itl_p99_ms": 60.0, "dilation": [1.0, 1.0, 1.0]},
+            "oracle": "c", "oracle_value": 1.0, "oracle_feasible": True, "default_regret": 0.2,
+            "default_meets_slo": True, "runs": {"guided": guided, "tpe": tpe},
+            "workload": "chat"}
+
+
+def test_the_summary_gives_regret_against_gpu_hours_and_the_no_rate_trials() -> None:
+    guided = [_row(0.0, 10.0, 0.0, 4.0, 0), _row(0.01, 12.0, 0.01, 12.0, 1),
+              _row(0.0, 8.0, 0.0, 8.0, 2)]
+    tpe = [_row(0.0, 40.0, 0.09, 30.0, 3), _row(0.02, 40.0, 0.3, math.inf, 4),
+           _row(0.0, 40.0, 0.06, math.inf, 5)]
+    res = summarize([_unit(guided, tpe)], 3)
+    g, t = res["methods"]["guided"], res["methods"]["tpe"]
+    assert (g["median_gpu_h"], g["regret_at_guided_gpu_h"], g["median_gpu_h_to_1pct"],
+            g["median_no_rate_trials"]) == (10.0, 0.0, 8.0, 1.0)
+    assert t["median_gpu_h"] == 40.0 and t["regret_at_guided_gpu_h"] == 0.09
+    assert t["median_gpu_h_to_1pct"] is None  # not reached in half the runs
+    lines = checks("w", res, [_unit(guided, tpe)])
+    assert ("PASS at guided's GPU-hours guided 0.00% <= tpe 9.00% / 3; PASS guided median "
+            "search trials on configs meeting the SLO at no rate 1 <= 1") in lines[-1]
+
+
+def test_rows_recorded_before_cost_keep_the_old_summary_and_checks() -> None:
+    old: RunRow = {"regret": 0.0, "runs": 6, "regret_se": None, "regret_at_6": 0.0,
+                   "to_2pct": 3.0, "chosen": "c", "stop": "", "trials": []}
+    res = summarize([_unit([old], [old])], 1)
+    assert "median_gpu_h" not in res["methods"]["guided"]
+    assert "median_no_rate_trials" not in res["methods"]["guided"]
+    assert len(checks("w", res, [_unit([old], [old])])) == 2
+
+
+def test_the_binding_bound_lies_halfway_from_the_best_itl_at_the_rate_to_the_median() -> None:
+    """Among the configs that keep up with the arrivals (their p99 TTFT meets its bound): a
+    config falling behind, however short its ITL, sets nothing."""
+    at_rate = [(40.0, 900.0), (10.0, 800.0), (30.0, 700.0), (20.0, 2900.0), (90.0, 100.0),
+               (1.0, 60000.0)]  # (p99 ITL, p99 TTFT); the last falls behind
+    assert keeping_up(at_rate, 3000.0) == [40.0, 10.0, 30.0, 20.0, 90.0]
+    assert bound(at_rate, 3000.0) == pytest.approx(20.0)  # best 10, median 30
+    assert bound(at_rate, 50.0) is None  # no config keeps up: no bound
+
+
+def test_the_units_where_the_slo_changes_the_winner_are_counted() -> None:
+    def bound_unit(workload: str, serves: bool, itl: float | None = 20.0,
+                   reachable: bool = True) -> Detail:
+        unit = _unit([_row(0.0, 1.0, 0.0, 1.0, 0)], [_row(0.0, 1.0, 0.0, 1.0, 0)])
+        unit["workload"] = workload
+        kept = [10.0, 30.0] if itl is not None else []
+        unit["binding"] = record("w/d", itl, kept, 25, "n7-s128-b8192", serves, reachable)
+        return unit
+
+    # mixed: no config keeps up at the rate; long: none's capacity serves it under the bound
+    units = [bound_unit("chat", False), bound_unit("code", True), bound_unit("math", False),
+             bound_unit("mixed", False, None), bound_unit("long", False, 30.0, False)]
+    assert changed_winner(units) == ["w/d chat", "w/d math"]
+    res = result({"w/d": units}, ["chat", "code", "math", "mixed", "long"], {"w/d": 1})
+    assert res.get("binding_slo") == {"rule": RULE, "units": 5, "throughput_best_fails": 2,
+                                      "which": ["w/d chat", "w/d math"],
+                                      "out_of_reach": ["w/d mixed", "w/d long"]}
+    line = binding_lines(res)[0]
+    assert "fails the SLO at the rate to serve in 2 of 5 units (FAIL at least half)" in line
+    assert line.endswith("scored by capacity at any rate) in w/d mixed, w/d long")
+    plain = result({"w/d": [_unit([_row(0.0, 1.0, 0.0, 1.0, 0)],
+                                  [_row(0.0, 1.0, 0.0, 1.0, 0)])]}, ["chat"], {"w/d": 1})
+    assert "binding_slo" not in plain and binding_lines(plain) == []
+
+
+def test_a_world_the_search_was_not_tuned_on_is_marked_scored_once() -> None:
+    unit = _unit([_row(0.0, 1.0, 0.0, 1.0, 0)], [_row(0.0, 1.0, 0.0, 1.0, 0)])
+    tuned = TUNED_ON[0]
+    res = result({tuned: [unit], "new-node/dspark": [unit.copy()]},
+                 ["chat"], {tuned: 1, "new-node/dspark": 1})
+    assert res["worlds"][tuned]["tuned_on"] is True
+    assert res["worlds"]["new-node/dspark"]["tuned_on"] is False
+    assert res.get("tuned_on") == list(TUNED_ON)
+    assert tuned_on_lines([tuned, "new-node/dspark"])[1].endswith(": new-node/dspark")
+
+
+def test_a_run_stopped_at_guideds_gpu_hours_recommends_from_what_it_paid_for() -> None:
+    """TPE's run reads a weak config, then the best: at a budget that pays for its first trial
+    only it recommends the weak one; its GPU-hours to 1% are both trials'. autotune's own
+    recommendation step picks."""
+    from autotune.types import TrialConfig
+    from bench.regret.unit import _economy
+
+    weak, best = (TrialConfig(n, False, 32, 2048) for n in (1, 5))
+    table = Table({weak: [reading(5.0)] * 2, best: [reading(10.0)] * 2})
+    trials = [(weak, reading(5.0)), (best, reading(10.0))]
+    one = (600 + 1800) / 3600 * 8  # a trial's GPU-hours, start included
+    row = _row(0.0, 0.0, 0.0, 0.0, 0)
+    _economy(row, table, trials, 2, budget=one * 1.5)
+    assert row["trial_gpu_h"] == pytest.approx([one, one], abs=1e-6)
+    assert row["gpu_h"] == pytest.approx(2 * one, abs=1e-6)
+    assert row["regret_at_gpu_h"] == pytest.approx(0.5)
+    assert row["gpu_h_to_1pct"] == pytest.approx(2 * one)
+    _economy(row, table, trials, 2, budget=None)  # guided's own: its whole run
+    assert row["regret_at_gpu_h"] == 0.0
+    _economy(row, table, trials, 2, budget=one / 2)  # pays for nothing: no recommendation
+    assert row["regret_at_gpu_h"] == 1.0
