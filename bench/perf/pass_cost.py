@@ -166,6 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--summarise", metavar="DB_URL",
                         help="read the pass already stored in this database; run nothing")
     parser.add_argument("--label", default="", help="before / after (kept in the result)")
+    parser.add_argument("--note", default=None,
+                        help="kept in the result (e.g. that the pass was stopped part-way)")
     parser.add_argument("--commit", default=None, help="the checkout's commit, when --repo "
                                                         "is an export without git")
     parser.add_argument("--out", type=Path, default=OUT)
@@ -184,15 +186,15 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="autotune-pass-cost-") as tmp:
         work = args.work or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
-        sample = long_prompt_sample(work / "long-prompt.jsonl") if args.long_prompt \
-            else args.sample.resolve()
+        sample = long_prompt_sample(work / "long-prompt.jsonl") \
+            if args.long_prompt and not args.summarise else args.sample.resolve()
         wall = None
         db_url = args.summarise or f"sqlite:///{work / 'pass.db'}"
         if not args.summarise:
             wall = run_pass(args.repo.resolve(), sample, db_url, work / "exports")
         result = measure(db_url, args.repo.resolve(), start_s, gpus)
     result = {"label": args.label, "sample": "long-prompt" if args.long_prompt
-              else str(args.sample), **result,
+              else str(args.sample), "note": args.note, **result,
               "start_s_per_server": start_s, "gpus_per_replica": gpus, "pass_wall_s": wall,
               "manifest": {"commit": args.commit or _commit(args.repo), "machine":
                            platform.node(), "python": platform.python_version(),
