@@ -25,6 +25,7 @@ from autotune.orchestrate.options import Reporter, TuneOptions
 from autotune.orchestrate.pool import Pool, TrialResult, TrialTask
 from autotune.orchestrate.runs import WorkloadSearch
 from autotune.recommend import Scored
+from autotune.recommend.outputs import not_checked
 from autotune.search import Suggestion
 from autotune.store import Store
 from autotune.types import Measurement
@@ -36,9 +37,11 @@ _PER_REQUEST = ("ttft_s", "tpot_s", "e2e_s", "output_tokens", "ok")
 
 
 def drive_trials(options: TuneOptions, store: Store, run_id: str,
-                 searches: Sequence[WorkloadSearch], pool: Pool, rep: Reporter) -> str | None:
+                 searches: Sequence[WorkloadSearch], pool: Pool, rep: Reporter,
+                 unchecked: str = "no greedy outputs were recorded with this trial") -> str | None:
     """Run trials until every search has stopped or the budget is spent; returns why the
-    budget ended the pass (None: every search stopped on its own)."""
+    budget ended the pass (None: every search stopped on its own). ``unchecked``: why a trial
+    that recorded no greedy outputs is stored "outputs not checked"."""
     ledger = open_ledger(options, store, run_id, pool.capacity)
     by_name = {w.name: w for w in searches}
     share = FairShare([w.name for w in searches])
@@ -68,7 +71,7 @@ def drive_trials(options: TuneOptions, store: Store, run_id: str,
         w, s = in_flight.pop(result.key)
         share.finished(w.name)
         ledger.charge(w.name, result.replica,
-                      _finish(options, store, run_id, w, s, result, rep))
+                      _finish(options, store, run_id, w, s, result, rep, unchecked))
 
 
 def open_ledger(options: TuneOptions, store: Store, run_id: str, replicas: int) -> Ledger:
@@ -119,8 +122,10 @@ def _cost(options: TuneOptions, m: Measurement | None) -> TrialCost | None:
 
 
 def _finish(options: TuneOptions, store: Store, run_id: str, w: WorkloadSearch,
-            s: Suggestion, result: TrialResult, rep: Reporter) -> TrialCost | None:
-    """Store the finished trial, tell its search; returns its cost (None: unknown)."""
+            s: Suggestion, result: TrialResult, rep: Reporter,
+            unchecked: str) -> TrialCost | None:
+    """Store the finished trial, tell its search; returns its cost (None: unknown). A trial
+    without greedy outputs is stored "outputs not checked" with ``unchecked`` as the reason."""
     policy = options.policy
     m = result.measurement
     outcome = None
@@ -134,6 +139,8 @@ def _finish(options: TuneOptions, store: Store, run_id: str, w: WorkloadSearch,
     metrics: dict[str, Any] = dict(outcome.summary) if outcome else {}
     if outcome:
         metrics["constraints"] = outcome.constraints
+        if "outputs" not in metrics:
+            metrics["output_check"] = not_checked(unchecked)
     cost = _cost(options, m)
     if cost is not None:
         metrics.update(cost.metrics())

@@ -37,6 +37,7 @@ from autotune.orchestrate.trials import drive_trials
 from autotune.orchestrate.workloads import LoadedWorkloads, load_traffic, load_workloads
 from autotune.plan import MIXED, Plan
 from autotune.recommend import WorkloadResult, WorkloadTrials, recommend_workload, run_provenance
+from autotune.recommend.outputs import unchecked_reason
 from autotune.store import Store
 from autotune.traffic.load import SampleWorkloads, WorkloadTraffic
 
@@ -157,7 +158,10 @@ def _drive(options: TuneOptions, store: Store, run: OpenedRun,
     try:
         pool = pool_factory(backend, rep)
         _use_pool_hardware(pool, run)
-        budget_stop = drive_trials(options, store, run.run_id, run.searches, pool, rep)
+        unchecked = unchecked_reason(options.backend, decodes_tokens(backend),
+                                     options.policy.outputs.prompts)
+        budget_stop = drive_trials(options, store, run.run_id, run.searches, pool, rep,
+                                   unchecked)
         if budget_stop is None:
             measure_mixed(options, store, run.run_id, groups, run.searches, pool)
         return budget_stop

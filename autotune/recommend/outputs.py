@@ -127,6 +127,13 @@ class OutputCheckResult:
         return out
 
 
+def unchecked_reason(backend: str, decodes_tokens: bool, prompts: int) -> str:
+    """Why a trial that recorded no greedy outputs was not checked."""
+    return (f"the {backend} backend decodes no tokens" if not decodes_tokens else
+            "outputs.prompts is 0 in the policy" if prompts == 0 else
+            "no greedy outputs were recorded with this trial")
+
+
 def not_checked(why: str) -> dict[str, Any]:
     """The stored form of a trial whose outputs were not checked, with why."""
     return {"checked": False, "flagged": False, "reason": f"outputs not checked: {why}"}

@@ -22,7 +22,7 @@ from autotune.objective import Outcome
 from autotune.policy import Policy
 from autotune.recommend.choose import Scored, select_best
 from autotune.recommend.feasibility import Feasibility, judge_feasibility, slo_probability
-from autotune.recommend.outputs import check_outputs, not_checked
+from autotune.recommend.outputs import check_outputs, not_checked, unchecked_reason
 from autotune.recommend.promotion import export_promoted, should_promote, trial_rates
 from autotune.recommend.provenance import workload_provenance
 from autotune.recommend.runner_up import Race, runner_up_race
@@ -152,19 +152,19 @@ def recommend_workload(store: Store, policy: Policy, run_id: str, done: Workload
 
 def _record_output_checks(store: Store, policy: Policy, done: WorkloadTrials, backend: str,
                           decodes_tokens: bool) -> dict[int, dict[str, Any]]:
-    """Every trial's output check (:mod:`autotune.recommend.outputs`), stored with the trial
-    (``metrics["output_check"]``); keyed by trial number."""
+    """Every trial's output check (:mod:`autotune.recommend.outputs`), keyed by trial number;
+    a check made here is stored with its trial (``metrics["output_check"]``). A trial with no
+    greedy outputs was stored "not checked" when it finished, so a pass resumed here leaves
+    its trials as they were."""
     results = check_outputs(done.trials, policy.outputs.tie_margin)
-    why = (f"the {backend} backend decodes no tokens" if not decodes_tokens else
-           "outputs.prompts is 0 in the policy" if policy.outputs.prompts == 0 else
-           "no greedy outputs were recorded with this trial")
+    why = unchecked_reason(backend, decodes_tokens, policy.outputs.prompts)
     out: dict[int, dict[str, Any]] = {}
     for t in done.trials:
         if t.outcome is None:
             continue
         result = results.get(t.number)
         out[t.number] = result.as_dict() if result is not None else not_checked(why)
-        if t.trial_id is not None:
+        if result is not None and t.trial_id is not None:
             store.update_trial_metrics(t.trial_id, {"output_check": out[t.number]})
     return out
 
