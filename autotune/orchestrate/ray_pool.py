@@ -343,12 +343,11 @@ class RayPool:
     def _stop_servers(self, ray: Any) -> None:
         """Ask every live actor to stop the server it kept (best effort: an actor that does
         not answer is killed next, and its servers die with it)."""
-        refs = [slot.actor.close.remote() for slot in self._slots
-                if slot.actor is not None and slot.busy is None]
-        if not refs:
-            return
         with suppress(Exception):  # dead actor, gone cluster: killing it frees the rest
-            ray.get(refs, timeout=self.settings.ready_timeout_s)
+            refs = [slot.actor.close.remote() for slot in self._slots
+                    if slot.actor is not None and slot.busy is None]
+            if refs:
+                ray.get(refs, timeout=self.settings.ready_timeout_s)
 
     # ---------------------------------------------------------------------- the Pool API
     def gpu_kind(self) -> str | None:
