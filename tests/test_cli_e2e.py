@@ -45,8 +45,8 @@ def test_start_once_recommends_and_exports_every_workload(
     recs = json.loads(out)
     workloads = {json.loads(line)["workload"] for line in small_sample.read_text().splitlines()}
     assert {r["workload"] for r in recs} == workloads
-    for r in recs:
-        assert r["status"] in ("active", "candidate")
+    for r in recs:  # infeasible: no config serves the sample's busiest minute within the SLO
+        assert r["status"] in ("active", "candidate", "infeasible")
         for key in ("workload", "config", "speculative_config", "objective", "value",
                     "baseline_value", "speedup_vs_baseline", "run", "backend", "traffic",
                     "policy", "created_at"):
