@@ -8,6 +8,7 @@ import yaml
 from click.testing import CliRunner
 
 from autotune.cli import cli
+from autotune.plan import Plan, plan_for_run
 from autotune.policy import DEFAULT_POLICY_PATH
 from autotune.store import Store
 
@@ -36,5 +37,14 @@ def quick_pass(tmp: Path, backend_args: tuple[str, ...] = ()) -> tuple[str, str]
     store = Store.open(db)
     try:
         return db, store.runs()[0].id
+    finally:
+        store.close()
+
+
+def stored_plan(db: str, run_id: str) -> Plan:
+    """The plan of ``run_id`` made again from the database (:func:`autotune.plan.plan_for_run`)."""
+    store = Store.open(db)
+    try:
+        return plan_for_run(store, run_id)
     finally:
         store.close()

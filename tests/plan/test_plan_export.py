@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from plan_run import run
+from plan_run import run, stored_plan
 
 from autotune.plan import plan_for_run
 from autotune.store import Store
@@ -87,12 +87,8 @@ def test_a_modelspec_key_the_chart_does_not_document_fails_the_check() -> None:
 
 
 def test_vllm_args_say_how_many_replicas_the_plan_gives(tuned: tuple[str, str]) -> None:
-    db, run_id = tuned
-    store = Store.open(db)
-    try:
-        plan = plan_for_run(store, run_id)
-    finally:
-        store.close()
+    db, _ = tuned
+    plan = stored_plan(*tuned)
     for w in plan.planned:
         code, out, err = run("export", "--workload", w.workload, "--format", "vllm-args",
                              "--db", db)

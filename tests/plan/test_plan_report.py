@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from plan_run import stored_plan
+
 from autotune.plan import plan_for_run, replicas_for
 from autotune.policy import load_policy
 from autotune.report import write_report
@@ -14,12 +16,7 @@ from autotune.store import Store
 
 
 def test_the_gpu_curves_follow_the_plans_counts(tuned: tuple[str, str]) -> None:
-    db, run_id = tuned
-    store = Store.open(db)
-    try:
-        plan = plan_for_run(store, run_id)
-    finally:
-        store.close()
+    plan = stored_plan(*tuned)
     panels = plan_panels(plan)
     names = [p.title for p in panels]
     assert names[:-1] == [w.workload for w in plan.planned]
