@@ -7,16 +7,21 @@ debug verbosity; then ``runs``, ``trials``, ``recommendations``, ``export`` and 
 it back. The password, the user and the token must appear in no output, no file written and no
 row of the database; the stored provenance names the endpoint with ``***`` in their place. A
 second pass with a wrong token fails its trials with an error that does not carry it either.
+Run again on two replicas, the URL travels to Ray actors (a local Ray the pass starts): then
+every file of Ray's session (its logs and event files, under ``$RAY_TMPDIR``) is searched too.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -62,13 +67,26 @@ def _rows(db: Path) -> str:
         return "\n".join(conn.iterdump())
 
 
-def test_endpoint_credentials_never_leave_memory(tmp_path: Path) -> None:
+@pytest.fixture
+def ray_tmp() -> Iterator[Path]:
+    """A short $RAY_TMPDIR (Ray's socket paths must stay short), removed afterwards."""
+    path = Path(tempfile.mkdtemp(prefix="rt", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.mark.parametrize("replicas", [
+    pytest.param(None, id="in-process"),
+    pytest.param(2, id="ray-replicas", marks=[pytest.mark.ray, pytest.mark.slow]),
+])
+def test_endpoint_credentials_never_leave_memory(tmp_path: Path, ray_tmp: Path,
+                                                 replicas: int | None) -> None:
     user, password, token = "alice", f"pw-{uuid.uuid4().hex}", f"tok-{uuid.uuid4().hex}"
     secrets = {"the password": password, "the token": token, "the user": f"{user}:"}
     db = tmp_path / "autotune.db"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"}
-    env.pop("AUTOTUNE_DB_URL", None)
-    env.pop("RAY_ADDRESS", None)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200", "RAY_TMPDIR": str(ray_tmp)}
+    for name in ("AUTOTUNE_DB_URL", "RAY_ADDRESS"):
+        env.pop(name, None)
 
     outputs: list[str] = []
 
@@ -83,7 +101,8 @@ def test_endpoint_credentials_never_leave_memory(tmp_path: Path) -> None:
 
     policy, traffic = _policy(tmp_path / "policy.yaml"), _traffic(tmp_path / "chat.jsonl")
     common = ("--traffic", traffic, "--policy", policy, "--backend", "vllm", "--once",
-              "--db", f"sqlite:///{db}", "--export-dir", tmp_path / "exports")
+              "--db", f"sqlite:///{db}", "--export-dir", tmp_path / "exports",
+              *(("--replicas", str(replicas)) if replicas else ()))
     with running_fake(credentials=(user, password), query={"api_key": token}) as fake:
         port = fake.server_address[1]
         endpoint = f"http://{user}:{password}@127.0.0.1:{port}/v1?api_key={token}"
@@ -100,6 +119,8 @@ def test_endpoint_credentials_never_leave_memory(tmp_path: Path) -> None:
     trials = json.loads(autotune("trials", "--db", url, "--format", "json"))
     failed = [t for t in trials if t["state"] == "failed"]
     assert len(failed) == 2 and all("HTTP 401" in t["error"] for t in failed), failed
+    ran_on = {t["replica"] for t in trials}
+    assert ran_on == ({"ray-0", "ray-1"} if replicas else {"local-0"}), ran_on
     (rec,) = json.loads(autotune("recommendations", "--db", url, "--history", "--format",
                                  "json"))
     assert rec["provenance"]["backend_details"]["endpoint"] == shown
@@ -113,6 +134,10 @@ def test_endpoint_credentials_never_leave_memory(tmp_path: Path) -> None:
                                          "chat.speculative-config.json"}
     texts = {"the commands' output and logs": "\n".join(outputs), "the database": _rows(db)}
     texts.update({str(p): p.read_text(errors="replace") for p in written})
+    ray_files = [p for p in ray_tmp.rglob("*") if p.is_file() and not p.is_socket()]
+    assert bool(ray_files) == bool(replicas)  # Ray ran exactly when replicas were asked for
+    assert not replicas or any(p.name.startswith("worker-") for p in ray_files)  # actors' logs
+    texts.update({str(p): p.read_text(errors="replace") for p in ray_files})
     assert shown in texts["the database"]  # the rows searched hold the endpoint, redacted
     for where, text in texts.items():
         for what, secret in secrets.items():
