@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -173,7 +174,17 @@ def test_a_pass_joins_two_nodes_with_the_token_ray_clients_read(
         assert a["State"] == "DEAD"
         assert "reason: RAY_KILL" in a["DeathCause"]  # freed by the pool, not by its job's end
         assert job["StartTime"] <= a["StartTime"] and a["EndTime"] <= job["EndTime"]
-    _released(two_nodes, pool)
+    released = _released(two_nodes, pool)
+    held_after = [g["name"] for g in released["placement_groups"].values()
+                  if g["name"].startswith(pool) and g["state"] != "REMOVED"]
+    node_of = {n: f"node-{i}" for i, n in enumerate(two_nodes.nodes)}
+    print(f"\nplacement: replicas per node {_count(node_of[n] for n in replica_node.values())}; "
+          f"trials per node {_count(node_of[replica_node[t.replica]] for t in trials)}; "
+          f"placement groups {len(groups)} reserved, {len(held_after)} left")
+
+
+def _count(items: Iterator[str]) -> dict[str, int]:
+    return dict(sorted(Counter(items).items()))
 
 
 def test_vllm_replicas_take_eight_gpus_on_each_node(two_nodes: TwoNodes) -> None:
