@@ -122,7 +122,7 @@ def start(traffic: Path, once: bool, endpoint: str | None, every: float | None,
     """
     from autotune.daemon import DaemonOptions, run_daemon, run_pass, tuning_lease
     from autotune.orchestrate.signals import stop_signals
-    from autotune.orchestrate.tuning import load_traffic
+    from autotune.orchestrate.tuning import check_output_subset, load_traffic
     from autotune.ui import RichReporter, err, print_pass
 
     with stop_signals():
@@ -130,6 +130,8 @@ def start(traffic: Path, once: bool, endpoint: str | None, every: float | None,
             options = _tune_options(traffic, endpoint=endpoint, **flags)
             # A bad sample stops --once here, before the database is created or written.
             sample = load_traffic(options) if once else None
+            if sample is not None:
+                check_output_subset(options, sample)
             store = _open_store(db)
             if not once:
                 daemon = DaemonOptions(tune=options, every_s=every,

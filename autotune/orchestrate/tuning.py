@@ -41,7 +41,8 @@ from autotune.recommend.outputs import unchecked_reason
 from autotune.store import Store
 from autotune.traffic.load import SampleWorkloads, WorkloadTraffic
 
-__all__ = ["Reporter", "TuneOptions", "TuneResult", "WorkloadResult", "load_traffic", "tune"]
+__all__ = ["Reporter", "TuneOptions", "TuneResult", "WorkloadResult", "check_output_subset",
+           "load_traffic", "tune"]
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +78,7 @@ def tune(options: TuneOptions, store: Store, reporter: Reporter | None = None,
         rep.workload_skipped(name, why)
     backend = create_backend(options.backend, options.policy.serve.spec(),
                              options.merged_backend_options(), options.seed)
-    _check_output_subset(options, loaded, backend)
+    check_output_subset(options, loaded.sample, backend)
     sample_id = _record_sample(store, loaded)
     if not loaded.groups:
         return TuneResult(run_id=None, status="skipped", resumed=False, workloads=[],
@@ -128,16 +129,23 @@ def _record_cost(options: TuneOptions, store: Store, run_id: str,
     return cost
 
 
-def _check_output_subset(options: TuneOptions, loaded: LoadedWorkloads,
-                         backend: Backend) -> None:
-    """The output check's prompts must come from the sample (before anything is written): a
-    subset set larger than the sample is refused (the default takes what there is)."""
+def check_output_subset(options: TuneOptions, sample: SampleWorkloads,
+                        backend: Backend | None = None) -> None:
+    """The output check's prompts must come from the sample (checked before anything is
+    written; ``autotune start --once`` checks before it opens the database): a subset set
+    larger than the sample is refused on a backend that decodes tokens (the default takes what
+    there is). ``backend``: the pass's, else the options' is built when it matters."""
     outputs = options.policy.outputs
-    wanted, have = outputs.prompts, loaded.sample.requests
-    if decodes_tokens(backend) and "prompts" in outputs.model_fields_set and wanted > have:
+    wanted, have = outputs.prompts, sample.requests
+    if "prompts" not in outputs.model_fields_set or wanted <= have:
+        return
+    if backend is None:
+        backend = create_backend(options.backend, options.policy.serve.spec(),
+                                 options.merged_backend_options(), options.seed)
+    if decodes_tokens(backend):
         raise ConfigError(
             f"policy key outputs.prompts = {wanted}: the output check's prompt subset is larger "
-            f"than the sample ({have} requests in {loaded.sample.path}); set outputs.prompts "
+            f"than the sample ({have} requests in {sample.path}); set outputs.prompts "
             f"to at most {have}, or to 0 to skip the output check")
 
 
