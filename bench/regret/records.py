@@ -165,7 +165,8 @@ class EqualGpuH(TypedDict):
 class Summary(TypedDict):
     """A world's (or every world's) summary: its workloads, seeds and methods; for a world,
     whether the search was tuned on it (bench/regret/worlds.py ``TUNED_ON``; False: scored
-    once, new to the search); with rows that carry their cost, regret at an equal GPU-hour
+    once, new to the search; ``held_out``: a held-out world of bench/regret/held_out/, to be
+    scored once with the code frozen); with rows that carry their cost, regret at an equal GPU-hour
     budget (``equal_gpu_h``); for a world scored under a binding SLO, its units counted
     (``binding_slo``)."""
 
@@ -173,6 +174,7 @@ class Summary(TypedDict):
     seeds: int
     methods: dict[str, MethodSummary]
     tuned_on: NotRequired[bool]
+    held_out: NotRequired[bool]
     binding_slo: NotRequired[BindingCount]
     equal_gpu_h: NotRequired[EqualGpuH]
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from bench.regret.binding import RULE, count
 from bench.regret.records import Detail, EqualGpuH, MethodSummary, Result, RunRow, Summary
 from bench.regret.settings import METHODS, SAID_LOSS
-from bench.regret.worlds import TUNED_ON
+from bench.regret.worlds import TUNED_ON, held_out_worlds
 
 #: The issue's target for guided's median runs.
 MEDIAN_RUNS = 6
@@ -154,8 +154,11 @@ def result(by_world: Mapping[str, list[Detail]], order: Sequence[str],
             details.sort(key=lambda u: (order.index(u["workload"]) if u["workload"] in order
                                         else len(order), u["workload"]))
             worlds[name] = summarize(details, seeds[name])
+    held = {w.name for w in held_out_worlds()}
     for name, summary in worlds.items():
         summary["tuned_on"] = name in TUNED_ON
+        if name in held:
+            summary["held_out"] = True
     every = [u for details in by_world.values() for u in details]
     out: Result = {"worlds": worlds,
                    "summary": summarize(every, min(seeds[n] for n, d in by_world.items() if d)),
@@ -168,7 +171,8 @@ def result(by_world: Mapping[str, list[Detail]], order: Sequence[str],
 
 def tuned_on_lines(worlds: Sequence[str]) -> list[str]:
     """Which worlds the search was tuned on, and which of ``worlds`` are new to it."""
-    new = [w for w in worlds if w not in TUNED_ON]
+    held = {w.name for w in held_out_worlds()}
+    new = [w + (" (held out)" if w in held else "") for w in worlds if w not in TUNED_ON]
     return [f"tuned on ({len(TUNED_ON)} worlds, in-sample): {', '.join(TUNED_ON)}",
             f"scored once (new to the search, the code frozen): {', '.join(new) or 'none'}"]
 

@@ -177,7 +177,8 @@ class SimReader:
                                       self.policy.sim.model_dump(), 0)
         # keyed by the workload as written (its SLO before any dilation)
         self.key = (f"{world.name}|{wl.name}|{settings.requests}|{settings.capacity_replays}|"
-                    f"{wl.slo}|{settings.fingerprint}|{COST_KEYED}")
+                    f"{wl.slo}|{settings.fingerprint}|{COST_KEYED}"
+                    + (f"|{world.digest}" if world.digest else ""))
         self.cache = ReadingCache(settings.cache, self.key)
         #: under a binding SLO (:meth:`serve_at`, :meth:`hold_to`): the rate to serve and the
         #: p99 ITL bound set (None: the workload's own)
