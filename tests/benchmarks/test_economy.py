@@ -15,7 +15,7 @@ from bench.regret.oracle import Table
 from bench.regret.reading import Reading
 from bench.regret.records import Detail, Json, RunRow
 from bench.regret.report import binding_lines, checks, result, summarize, tuned_on_lines
-from bench.regret.worlds import TUNED_ON
+from bench.regret.worlds import TUNED_ON, held_out_worlds
 
 
 def reading(value: float, *, start_s: float = 600.0, replay_s: float = 1800.0, gpus: int = 8,
@@ -187,6 +187,11 @@ def test_a_world_the_search_was_not_tuned_on_is_marked_scored_once() -> None:
     assert res["worlds"]["new-node/dspark"]["tuned_on"] is False
     assert res.get("tuned_on") == list(TUNED_ON)
     assert tuned_on_lines([tuned, "new-node/dspark"])[1].endswith(": new-node/dspark")
+    held = held_out_worlds()[0].name
+    res = result({held: [unit]}, ["chat"], {held: 1})
+    assert res["worlds"][held].get("held_out") is True
+    assert "held_out" not in result({tuned: [unit]}, ["chat"], {tuned: 1})["worlds"][tuned]
+    assert tuned_on_lines([tuned, held])[1].endswith(f": {held} (held out)")
 
 
 def test_a_run_stopped_at_guideds_gpu_hours_recommends_from_what_it_paid_for() -> None:
