@@ -62,10 +62,11 @@ def parser() -> argparse.ArgumentParser:
                    help="the search methods to score (default: all; the seed default is "
                         "always scored)")
     p.add_argument("--binding-slo", action="store_true",
-                   help="score whether a config serves the workload's rate within an SLO whose "
-                        "p99 ITL bound is set between the configs' p99 ITLs at the rate to serve "
-                        "(bench/regret/binding.py), not its capacity at any rate; simulated "
-                        "worlds only")
+                   help="score whether a config serves a rate to serve within an SLO, the "
+                        "rate (the configs' median capacity) and the p99 ITL bound (between "
+                        "the lowest p99 ITL at that rate and the throughput-best config's) set "
+                        "by one rule (bench/regret/binding.py), not its capacity at any rate; "
+                        "simulated worlds only")
     p.add_argument("--cache", help="JSON-lines file of readings (read, appended)")
     p.add_argument("--detail", type=Path,
                    help="write per-run details (JSON) here, after each unit "
