@@ -17,6 +17,7 @@ from typing import Any
 
 from autotune.orchestrate.capacity_window import check_window
 from autotune.orchestrate.options import TuneOptions
+from autotune.plan.rates import check_peak_window
 from autotune.store import Store
 from autotune.traffic.drift import compare, reference
 from autotune.traffic.load import SampleWorkloads, WorkloadTraffic, read_workloads
@@ -36,7 +37,8 @@ class LoadedWorkloads:
 
 def load_traffic(options: TuneOptions) -> SampleWorkloads:
     """The pass's sample, validated against the policy (draft block size, max_model_len, a
-    capacity reading's window holding a request) and split into workloads."""
+    capacity reading's window holding a request, a plan's peak window within each workload's
+    replayed span) and split into workloads."""
     policy = options.policy
     sample = read_workloads(options.traffic, max_requests=policy.replay.max_requests,
                             skip_invalid=options.skip_invalid,
@@ -46,6 +48,9 @@ def load_traffic(options: TuneOptions) -> SampleWorkloads:
     if replay.find_capacity and replay.mode == "trace":
         for name, w in sample.workloads.items():
             check_window(replay.window_s, replay.time_scale, name, w.replay)
+    for name, w in sample.workloads.items():
+        check_peak_window(policy.plan.peak_window_s, [r.arrival_s for r in w.replay],
+                          what=f"workload {name!r}")
     return sample
 
 

@@ -1,12 +1,26 @@
-"""A config's measured capacity as a plan uses it: requests per second one replica serves
+"""A config's measured capacity as a plan uses it: requests per second one replica sustains
 within the SLO, with its interval, read from a trial's metrics.
 
-A capacity reading (``autotune.orchestrate.capacity``) keeps the fastest rate that met the SLO
-(``load_scale``, × the replayed sample's rate) and, when it read one, the slowest that missed
-(``capacity_high_scale``): the true capacity lies between them. A reading without the missed
-rate (older rows) puts it within :data:`~autotune.slo.RESOLUTION` above the rate met, where the
-search stops refining. ``capacity_sustained`` says whether the rate met was a sustained rate or
-a burst the replica drained (absent on older rows: unknown, and the plan says so).
+A capacity reading (``autotune.orchestrate.capacity``) keeps the fastest time-scale that met
+the SLO (``load_scale`` s: the sample sped up s×) and, when it read one, the slowest that
+missed (``capacity_high_scale``): the true capacity lies between them. A reading without the
+missed scale (older rows) puts it within :data:`~autotune.slo.RESOLUTION` above the scale met,
+where the search stops refining. ``capacity_sustained`` says whether the rate met was a
+sustained rate or a burst the replica drained (absent on older rows: unknown, and the plan says
+so).
+
+**Units.** A reading replays the busiest slice of the sample that fits its window
+(:mod:`~autotune.orchestrate.capacity_window`), so the rate the replica sustained, in requests
+per second, is s × the slice's rate, which exceeds s × the sample's mean rate by how much
+denser the slice is (``capacity_slice_rate_ratio``; 1 when the whole sample fit). The plan
+reads it from the kept reading itself: its measured requests over the replica seconds they
+arrived in (``requests`` - 1 over ``capacity_window_s``), the offered rate it met
+(:func:`sustained_rate`). Sizing replicas with s × the mean instead understates what a replica
+serves by the ratio and over-counts replicas. The slowest scale missed replays a longer slice,
+no denser than the kept one, so the interval's top in these units,
+``capacity_high_scale`` × (the sustained rate / s), is an upper bound: the interval errs wide,
+never hiding a flip. A reading that records no window (runs of versions before bounded
+windows) is converted with the mean rate, and the capacity says so (``unit`` "mean").
 """
 
 from __future__ import annotations
@@ -20,7 +34,11 @@ from autotune.objective import Outcome
 from autotune.slo import RESOLUTION
 from autotune.types import TrialConfig
 
-__all__ = ["MeasuredCapacity", "capacity_of", "outcome_of", "replayed_scales"]
+__all__ = ["MEAN", "SUSTAINED", "MeasuredCapacity", "capacity_of", "outcome_of",
+           "replayed_scales", "sustained_rate"]
+
+#: The capacity's unit, as ``as_dict`` and the plan's output name it.
+SUSTAINED, MEAN = "sustained", "mean"
 
 
 def _num(metrics: Mapping[str, Any], key: str) -> float | None:
@@ -38,6 +56,17 @@ def replayed_scales(metrics: Mapping[str, Any]) -> list[float]:
     return out + ([scale] if scale is not None else [])
 
 
+def sustained_rate(metrics: Mapping[str, Any]) -> float | None:
+    """The requests/s a capacity reading offered its replica (and met, when it met the SLO):
+    the kept reading's measured requests over the replica seconds they arrived in, i.e.
+    ``load_scale`` × the rate of the slice it replayed. None when the reading records no
+    window (older runs) or holds fewer than two requests."""
+    n, window = _num(metrics, "requests"), _num(metrics, "capacity_window_s")
+    if n is None or window is None or n < 2 or window <= 0:
+        return None
+    return (n - 1) / window
+
+
 def outcome_of(metrics: Mapping[str, Any], value: float | None = None) -> Outcome:
     """A stored reading (a trial's ``metrics``) as the :class:`~autotune.objective.Outcome`
     the SLO rules read."""
@@ -50,13 +79,17 @@ def outcome_of(metrics: Mapping[str, Any], value: float | None = None) -> Outcom
 
 @dataclass(frozen=True)
 class MeasuredCapacity:
-    """One config's capacity (requests/s per replica) and what it rests on.
+    """One config's capacity (requests/s one replica sustains) and what it rests on.
 
     ``low_per_s`` is the fastest rate measured to meet the SLO, ``high_per_s`` the slowest
     measured to miss it (``high_measured``) or, without one, ``low_per_s`` × (1 +
-    :data:`~autotune.slo.RESOLUTION`). ``covered_per_s`` is the fastest rate any reading of
-    the traffic ran at. ``readings`` are every reading of the config (for the probability the
-    SLO holds); ``sample_rate_per_s`` is the rate the readings' scales multiply.
+    :data:`~autotune.slo.RESOLUTION`), both in requests/s at the slice the reading replayed
+    (module doc). ``covered_per_s`` is about the fastest rate any reading of the traffic ran
+    at (at least: the fastest scale × the mean, and the capacity met). ``readings`` are every
+    reading of the config (for the probability the SLO holds); ``sample_rate_per_s`` is the
+    sample's mean rate, ``slice_rate_ratio`` the kept reading's sustained rate over
+    ``load_scale`` × that mean (None: the reading records no window, the capacity is in
+    mean-rate units).
     """
 
     config: TrialConfig
@@ -69,6 +102,19 @@ class MeasuredCapacity:
     sample_rate_per_s: float
     readings: tuple[Outcome, ...]
     verdict: float | None = None  # slo_verdict_code: 1 met, 0.5 undecided, None unknown
+    slice_rate_ratio: float | None = None
+
+    @property
+    def unit(self) -> str:
+        """:data:`SUSTAINED` (s × the slice's rate) or :data:`MEAN` (s × the mean rate: a
+        reading that records no window)."""
+        return MEAN if self.slice_rate_ratio is None else SUSTAINED
+
+    @property
+    def per_scale_per_s(self) -> float:
+        """Requests/s one unit of time-scale stands for at the kept reading: the sample's mean
+        rate × the slice rate ratio (the mean alone without one)."""
+        return self.sample_rate_per_s * (self.slice_rate_ratio or 1.0)
 
     @property
     def trusted(self) -> str:
@@ -84,6 +130,10 @@ class MeasuredCapacity:
         if self.verdict == 0.5:
             out.append("at the rate credited the SLO verdict is undecided (a p99's interval "
                        "straddles its bound)")
+        if self.slice_rate_ratio is None:
+            out.append("the reading records no window (an older run): its capacity is "
+                       "load_scale × the sample's mean rate, exact if it replayed the whole "
+                       "sample, an understatement (the count errs high) if a denser slice")
         return "; ".join(out)
 
     def as_dict(self) -> dict[str, Any]:
@@ -91,7 +141,9 @@ class MeasuredCapacity:
                 "capacity_low_per_s": self.low_per_s, "capacity_high_per_s": self.high_per_s,
                 "capacity_high_measured": self.high_measured, "sustained": self.sustained,
                 "covered_per_s": self.covered_per_s,
-                "sample_rate_per_s": self.sample_rate_per_s, "readings": len(self.readings),
+                "sample_rate_per_s": self.sample_rate_per_s,
+                "slice_rate_ratio": self.slice_rate_ratio, "capacity_unit": self.unit,
+                "readings": len(self.readings),
                 "slo_verdict_code": self.verdict}
 
 
@@ -118,10 +170,16 @@ def capacity_of(config: TrialConfig, metrics: Mapping[str, Any], sample_rate_per
     assert high is not None
     sustained_v = _num(metrics, "capacity_sustained")
     sustained = None if sustained_v is None else sustained_v >= 0.5
+    offered = sustained_rate(metrics)
+    ratio = offered / (low * sample_rate_per_s) \
+        if offered is not None and sample_rate_per_s > 0 else None
+    per_scale = sample_rate_per_s * (ratio or 1.0)
     scales = [s for m in (*covered, metrics) for s in replayed_scales(m)]
     return MeasuredCapacity(
-        config=config, trial_id=trial_id, low_per_s=low * sample_rate_per_s,
-        high_per_s=high * sample_rate_per_s, high_measured=high_measured, sustained=sustained,
-        covered_per_s=max(scales) * sample_rate_per_s, sample_rate_per_s=sample_rate_per_s,
+        config=config, trial_id=trial_id, low_per_s=low * per_scale, high_per_s=high * per_scale,
+        high_measured=high_measured, sustained=sustained,
+        # the fastest replay's slice is at least as dense as the mean; its own ratio is not kept
+        covered_per_s=max(max(scales) * sample_rate_per_s, low * per_scale),
+        sample_rate_per_s=sample_rate_per_s,
         readings=tuple(outcome_of(m) for m in (readings or [metrics])),
-        verdict=_num(metrics, "slo_verdict_code"))
+        verdict=_num(metrics, "slo_verdict_code"), slice_rate_ratio=ratio)

@@ -22,7 +22,7 @@ from typing import Any
 from autotune.errors import PlanError
 from autotune.policy import DEFAULT_PEAK_WINDOW_S
 
-__all__ = ["Rates", "duration_text", "traffic_rates"]
+__all__ = ["Rates", "check_peak_window", "duration_text", "traffic_rates"]
 
 
 def duration_text(seconds: float) -> str:
@@ -70,6 +70,21 @@ def _busiest(arrivals: Sequence[float], window_s: float) -> float:
     return most / window_s
 
 
+def check_peak_window(window_s: float | None, arrivals: Sequence[float | None], *, what: str,
+                      key: str = "plan.peak_window") -> None:
+    """PlanError naming ``key`` when ``window_s`` is set and longer than the span of
+    ``arrivals`` (seconds; untimed ones ignored; fewer than two timed: nothing to check)."""
+    times = [float(a) for a in arrivals if a is not None and math.isfinite(a)]
+    if window_s is None or len(times) < 2:
+        return
+    span = max(times) - min(times)
+    if window_s > span:
+        raise PlanError(f"{key} {duration_text(window_s)} is longer than the sample of {what} "
+                        f"({duration_text(span)}); set a window of at most "
+                        f"{duration_text(span)}, or leave it unset (the busiest 5m, or the "
+                        "mean of a shorter sample)")
+
+
 def traffic_rates(arrivals: Sequence[float], window_s: float | None, *, what: str,
                   key: str = "plan.peak_window") -> Rates:
     """Mean and peak rates of ``arrivals`` (seconds, any order); the peak over ``window_s``
@@ -84,11 +99,7 @@ def traffic_rates(arrivals: Sequence[float], window_s: float | None, *, what: st
                         "the sample's arrival times (arrival_s or timestamp) to read its rate")
     span = times[-1] - times[0]
     mean = (len(times) - 1) / span
-    if window_s is not None and window_s > span:
-        raise PlanError(f"{key} {duration_text(window_s)} is longer than the sample of {what} "
-                        f"({duration_text(span)}); set a window of at most "
-                        f"{duration_text(span)}, or leave it unset (the busiest 5m, or the "
-                        "mean of a shorter sample)")
+    check_peak_window(window_s, times, what=what, key=key)
     window = window_s if window_s is not None else DEFAULT_PEAK_WINDOW_S
     if window > span:
         return Rates(len(times), span, mean, mean, span, "mean",

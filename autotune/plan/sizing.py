@@ -71,7 +71,7 @@ def size_for(rate_per_s: float, capacity: MeasuredCapacity, headroom: float,
     """The deployment of ``capacity``'s config that serves ``rate_per_s`` (see module doc)."""
     n = replicas_for(rate_per_s, capacity.low_per_s, headroom)
     n_high = replicas_for(rate_per_s, capacity.high_per_s, headroom)
-    per_replica = rate_per_s / n / capacity.sample_rate_per_s  # × the sample's rate
+    per_replica = rate_per_s / n / capacity.per_scale_per_s  # in the readings' time-scale
     return Sizing(rate_per_s=rate_per_s, replicas=n, replicas_if_high=n_high,
                   gpus=n * gpus_per_replica, gpus_if_high=n_high * gpus_per_replica,
                   probability=slo_probability(list(capacity.readings), slo, per_replica),

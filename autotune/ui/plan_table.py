@@ -2,7 +2,8 @@
 then the headline, split against shared, and the caveats.
 
 The first table gives per workload the rate planned for and each config's capacity per replica
-(the interval from the rate met to the rate missed); each growth table the GPUs (replicas) of
+(the requests/s one replica sustained: the interval from the rate met to the rate missed,
+:mod:`autotune.plan.measured`); each growth table the GPUs (replicas) of
 the recommended and the baseline configs, the probability the SLO holds, and the GPUs saved.
 A count that flips inside the capacity interval shows the other count (``/ 1 if high``); a
 figure outside what was measured is starred.
@@ -37,7 +38,7 @@ def plan_tables(plan: Plan) -> list[Table]:
     """The capacities table, then one table per growth factor (see module doc)."""
     caps = new_table("workload", "req/s planned", "recommended config", "req/s per replica",
                      "baseline req/s per replica", numeric=("req/s planned",),
-                     title="capacities (interval: rate met - rate missed)",
+                     title="capacities (req/s one replica sustained: rate met - rate missed)",
                      fold=("recommended config",))
     for w in plan.workloads:
         if w.rates is None or w.recommended is None:
@@ -99,6 +100,8 @@ def plan_notes(plan: Plan) -> list[str]:
             continue
         if w.recommended is not None and w.recommended.trusted:
             lines.append(f"{w.workload}: capacity: {w.recommended.trusted}")
+        if w.baseline is not None and w.baseline.trusted:
+            lines.append(f"{w.workload}: baseline capacity: {w.baseline.trusted}")
         if w.baseline_note:
             lines.append(f"{w.workload}: {w.baseline_note}")
         for k, s in zip(plan.settings.growth, w.recommended_sizing, strict=True):

@@ -52,11 +52,15 @@ Every reading carries what it would cost on real replicas (the server's start an
 time of its replays, in GPU-hours, as a trial of autotune records it), so every run row records
 its trials' GPU-hours, its regret when its spending stops at the GPU-hours guided spent on the
 seed, the GPU-hours it needs to come within 1%, and its search trials on configs that meet the
-SLO at no rate (:mod:`~bench.regret.economy`). ``--binding-slo`` scores whether a config serves
-the workload's rate to serve within an SLO whose p99 ITL bound is set, by one rule, between the
-configs' p99 ITLs at the rate to serve, and counts the units where the throughput-best config
-fails it (:mod:`~bench.regret.binding`). The output names the worlds the search was tuned on
-(:data:`bench.regret.worlds.TUNED_ON`) and marks any other world as scored once.
+SLO at no rate (:mod:`~bench.regret.economy`); each summary, the regret at an equal GPU-hour
+budget (guided's, against TPE's and the others' when their spending stops at guided's).
+``--binding-slo`` scores whether a config serves the workload's rate to serve within an SLO,
+the rate and the p99 ITL bound set by one rule (the rate: the configs' median capacity; the
+bound: between the lowest p99 ITL at that rate and the throughput-best config's), and counts
+per world the units where the throughput-best config fails it (:mod:`~bench.regret.binding`).
+The output names the worlds the search was tuned on (:data:`bench.regret.worlds.TUNED_ON`) and
+marks any other world as scored once; ``--held-out`` adds the held-out worlds
+(bench/regret/held_out/), which no other run scores.
 
 With ``--engine`` the vllm-cpu worlds run too, after the simulated ones and one at a time: their
 trials are fresh server runs, ``--engine-seeds`` seeds per method (default 3; each run is a

@@ -2,85 +2,140 @@
 it serves the workload's rate to serve within the SLO, and among those that do, its capacity
 (:class:`bench.regret.oracle.Table` with ``binding``); not its capacity at any rate.
 
-The p99 ITL bound of each (world, workload) is set by one rule (:func:`bound`) from the configs'
-p99 ITLs at the rate to serve: every config of the space (the baseline too) replays the
-workload's requests once as they arrive (one replay, no capacity search), in the world's own
-time; among the configs that keep up with the arrivals there (their p99 TTFT meets the
-workload's bound), the bound lies :data:`POSITION` of the way from the best (lowest) p99 ITL to
-their median. So fewer than half of those configs meet it at the rate, and those that do keep
-their steps short there. The p99 TTFT bound stays the workload's. Where no config keeps up with
-the arrivals, the rate is out of reach whatever the ITL bound: the unit keeps the workload's own
-SLO, is scored as without ``--binding-slo``, and is counted apart (``out_of_reach``).
+A unit's rate to serve and its p99 ITL bound are set by one rule (:data:`RULE`), from a model
+of how a replica's tail grows with its load:
 
-Unloaded latencies (one request in flight) do not separate the configs where it matters: on the
-Kimi-K2.6 DSpark world, chat-low, 100 requests, every config's unloaded p99 ITL was 22.3-25.0 ms,
-set by the window alone, and under a bound between them (23.2 ms) every config's capacity
-reading met it at no rate above 1/64 of the rate to serve: no config served the rate. The rate
-to serve loads the batch, which is what separates them.
+- **Light load does not separate the configs.** With few requests in flight, a p99 ITL is a
+  decode step of the window at a small batch: every batching of a window reads the same (Kimi
+  DSpark, chat-high: 25.6, 27.7, 30.3 and 32.4 ms for windows 1, 3, 5 and 7 at 1/16 of the
+  sample's rate, whatever ``max_num_seqs`` and chunk). A bound between those unloaded latencies
+  leaves no config room for any load (every config's capacity reading met one at no rate above
+  1/64: bench/results/HISTORY.md, 2026-12-06).
+- **Load does.** Under load a p99 ITL is set by the steps a decode shares with others' prefill
+  chunks and by the batch: a long chunk (``max_num_batched_tokens``) and a large batch raise
+  throughput and lengthen those steps together. So the config with the most capacity under
+  the workload's own SLO (the *throughput-best*, the oracle scored by capacity at any rate)
+  is the one whose tail grows most with the load, and a bound can only bind on it at a rate
+  that loads it.
+- **The rate to serve** (:func:`rate_to_serve`) is therefore the median of the configs'
+  capacities under the workload's own SLO (the configs that meet it at some rate, each its
+  readings' mean ``load_scale``): half of them carry it, the rest cannot whatever the ITL
+  bound, and the throughput-best carries it loaded (at its capacity / the median). The
+  workload's arrivals are sped up by that factor, so the rate to serve is 1 × the sample's,
+  as autotune reads it; the samples' own rates are at or beyond every config's sustained
+  capacity (HISTORY.md, 2026-12-06), which no ITL bound can make binding.
+- **The p99 ITL bound** (:func:`bound`) lies between the configs' p99 ITLs at that rate, read
+  as the capacity search reads its first rate (the busiest window of the sped-up sample, one
+  reading, the workload's TTFT bound alone: :func:`autotune.orchestrate.capacity.
+  replay_at_capacity` with one replay), among the configs that keep up there (TTFT met, the
+  arrivals kept up with, the rate sustained): at the geometric midpoint of the lowest p99 ITL
+  and the throughput-best's. The two sides then have equal SLO margins (the capacity search's
+  margin is the log of a p99 over its bound), so the config with the shortest tail serves the
+  rate and the throughput-best does not, each by the widest margin one bound can give both.
+  The p99 TTFT bound stays the workload's.
 
-A unit's ``binding`` record (:class:`bench.regret.records.BindingRecord`) keeps the bound, the
-p99 ITLs it was set from, and the throughput-best config (the oracle of the same world and
-workload under the workload's own SLO, scored by capacity at any rate) with whether it serves
-the rate within the binding SLO: the units where it does not are those where the SLO changes
-the winner (:func:`changed_winner`), counted in the output.
+Where the throughput-best has the shortest tail at the rate (no bound fails it while another
+config serves the rate), the unit keeps the workload's own ITL bound at that rate. A unit where
+no config meets the workload's SLO at any rate (no rate to set), none keeps up at the rate, or
+none's capacity reading serves the rate under the bound is scored by capacity at any rate and
+counted apart (``out_of_reach``).
+
+A unit's ``binding`` record (:class:`bench.regret.records.BindingRecord`) keeps the rate, the
+bound and the p99 ITLs it was set from, and the throughput-best config with whether it serves
+the rate within the binding SLO (its oracle readings mostly do): the units where it does not
+are those where the SLO changes the winner (:func:`changed_winner`), counted in the output per
+world and over all (:func:`count`).
 """
 
 from __future__ import annotations
 
+import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
+from typing import TypeVar
 
-from bench.regret.records import BindingRecord, Detail
+from bench.regret.reading import Reading
+from bench.regret.records import BindingCount, BindingRecord, Detail
 
-#: Where the bound lies between the best p99 ITL at the rate (0) and the configs' median (1).
-POSITION = 0.5
-RULE = (f"p99 ITL bound = best + {POSITION:g} x (median - best) of the p99 ITLs at the rate to "
-        f"serve (one replay of the workload as it arrives, in the world's time) of the configs "
-        f"whose p99 TTFT there meets the workload's bound")
+#: A config (a TrialConfig; anything hashable here).
+K = TypeVar("K", bound=Hashable)
 
-
-def keeping_up(at_rate: Sequence[tuple[float, float]], ttft_bound_ms: float) -> list[float]:
-    """The p99 ITLs of the configs whose p99 TTFT at the rate (``at_rate``: per config, its
-    p99 ITL and p99 TTFT in ms) meets ``ttft_bound_ms``: those that keep up with the arrivals."""
-    return [itl for itl, ttft in at_rate if ttft <= ttft_bound_ms]
+RULE = ("rate to serve = the median capacity (under the workload's own SLO) of the configs "
+        "meeting it at some rate; p99 ITL bound = the geometric midpoint of the lowest p99 ITL "
+        "at that rate and the throughput-best config's, among the configs keeping up there "
+        "(one capacity-search reading at the rate, the workload's TTFT bound)")
 
 
-def bound(at_rate: Sequence[tuple[float, float]], ttft_bound_ms: float) -> float | None:
-    """The binding p99 ITL bound (ms) from the configs' p99 ITLs and TTFTs at the rate
-    (:data:`RULE`); None when no config keeps up with the arrivals there."""
-    itl_ms = keeping_up(at_rate, ttft_bound_ms)
-    if not itl_ms:
+def capacity(readings: Sequence[Reading]) -> float:
+    """A config's capacity, × the sample's rate: its readings' mean ``load_scale`` (0 for a
+    reading without one)."""
+    scales = [r.summary.get("load_scale") for r in readings]
+    return statistics.fmean(float(s) if isinstance(s, int | float) else 0.0 for s in scales)
+
+
+def rate_to_serve(capacities: Sequence[float]) -> float | None:
+    """The rate to serve, × the sample's rate: the median of ``capacities`` (the capacities,
+    under the workload's own SLO, of the configs that meet it at some rate); None when there
+    are none."""
+    positive = [c for c in capacities if c > 0 and math.isfinite(c)]
+    return float(statistics.median(positive)) if positive else None
+
+
+def bound(at_rate: Mapping[K, float | None], throughput_best: K) -> float | None:
+    """The p99 ITL bound (ms) from the configs' p99 ITLs at the rate to serve (``at_rate``:
+    None for a config that does not keep up there): the geometric midpoint of the lowest and
+    the throughput-best's. None when no config keeps up, or when the throughput-best keeps up
+    with the lowest p99 ITL, or does not keep up at all (no bound is needed to fail it)."""
+    kept = [itl for itl in at_rate.values() if itl is not None]
+    mine = at_rate.get(throughput_best)
+    if not kept or mine is None:
         return None
-    best, mid = min(itl_ms), float(statistics.median(itl_ms))
-    return best + POSITION * (mid - best)
+    lowest = min(kept)
+    return math.sqrt(lowest * mine) if mine > lowest else None
 
 
 def changed_winner(units: Sequence[Detail]) -> list[str]:
     """The units (``world workload``) whose throughput-best config fails the binding SLO at the
-    rate to serve; the binding record's world is the unit's."""
+    rate to serve (out-of-reach units left out); the binding record's world is the unit's."""
     return [f"{b['world']} {u['workload']}" for u in units
-            if (b := u.get("binding")) is not None and b["itl_p99_ms"] is not None
-            and b.get("reachable", True) and not b["throughput_best_serves"]]
+            if (b := u.get("binding")) is not None and b.get("reachable", True)
+            and b.get("rate_to_serve", 1.0) is not None and b["configs_keeping_up"] > 0
+            and not b["throughput_best_serves"]]
 
 
 def out_of_reach(units: Sequence[Detail]) -> list[str]:
-    """The units where no config kept up with the arrivals at the rate (no binding bound), or
-    no config's capacity reading served the rate under the bound (scored by capacity at any
-    rate)."""
+    """The units where no config met the workload's SLO at some rate or kept up at the rate to
+    serve, or no config's capacity reading served the rate under the bound (scored by capacity
+    at any rate)."""
     return [f"{b['world']} {u['workload']}" for u in units
             if (b := u.get("binding")) is not None
-            and (b["itl_p99_ms"] is None or not b.get("reachable", True))]
+            and (b.get("rate_to_serve", 1.0) is None or b["configs_keeping_up"] == 0
+                 or not b.get("reachable", True))]
 
 
-def record(world: str, itl_bound: float | None, kept: Sequence[float], configs: int,
-           throughput_best: str, serves: bool, reachable: bool = True) -> BindingRecord:
-    """A unit's binding record (``kept``: the p99 ITLs at the rate of the configs that kept
-    up, of ``configs``)."""
+def count(units: Sequence[Detail]) -> BindingCount:
+    """Over ``units`` (those scored under a binding SLO): how many, and those whose
+    throughput-best config fails the SLO at the rate (``binding_units``) and out of reach."""
+    fails = changed_winner(units)
+    return {"units": len(units), "binding_units": len(fails), "which": fails,
+            "out_of_reach": out_of_reach(units)}
+
+
+def record(world: str, rate: float | None, itl_bound: float | None,
+           at_rate: Mapping[str, float | None], throughput_best: str, serves: bool,
+           reachable: bool = True) -> BindingRecord:
+    """A unit's binding record: ``rate`` (× the sample's rate; None: out of reach), the bound
+    (None: the workload's own), the p99 ITLs at the rate (by config, None: not keeping up), the
+    throughput-best config and whether it serves the rate within the binding SLO."""
+    kept = [v for v in at_rate.values() if v is not None]
+    mine = at_rate.get(throughput_best)
     return {"world": world, "rule": RULE,
+            "rate_to_serve": None if rate is None else round(rate, 6),
             "itl_p99_ms": None if itl_bound is None else round(itl_bound, 3),
-            "configs_keeping_up": len(kept), "configs": configs,
+            "configs_keeping_up": len(kept), "configs": len(at_rate),
             "itl_p99_at_rate_best_ms": round(min(kept), 3) if kept else None,
             "itl_p99_at_rate_median_ms": (round(float(statistics.median(kept)), 3) if kept
                                           else None),
+            "itl_p99_at_rate_throughput_best_ms": None if mine is None else round(mine, 3),
             "throughput_best": throughput_best, "throughput_best_serves": serves,
             "reachable": reachable}

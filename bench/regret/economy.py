@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, TypeVar
 
 from bench.regret.reading import Reading
@@ -57,14 +58,14 @@ def serves_the_rate(r: Reading) -> bool:
 
 
 def reading_gpu_h(r: Reading, *, start: bool) -> float | None:
-    """The GPU-hours of one reading (its start too when ``start``); None without a cost."""
+    """The GPU-hours of one reading (its start too when ``start``) by autotune's rule
+    (:attr:`autotune.cost.TrialCost.gpu_h`); None without a cost."""
     from autotune.cost import trial_cost
 
     cost = trial_cost(r.summary)
     if cost is None or cost.gpus <= 0:
         return None
-    seconds = cost.replay_s + (cost.start_s if start else 0.0)
-    return seconds / 3600.0 * cost.gpus
+    return (cost if start else replace(cost, start_s=0.0)).gpu_h
 
 
 def trial_gpu_h(trials: Sequence[tuple[K, Reading]]) -> list[float] | None:

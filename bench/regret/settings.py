@@ -48,6 +48,6 @@ class Settings:
     cache: str | None = None
     #: hash of the simulator's code: cached simulated readings never outlive a change
     fingerprint: str = ""
-    #: score by whether a config serves the workload's rate within an SLO bound set between
-    #: the configs' p99 ITLs at the rate to serve (bench/regret/binding.py)
+    #: score by whether a config serves a rate to serve within an SLO, both set by the rule of
+    #: bench/regret/binding.py
     binding_slo: bool = False

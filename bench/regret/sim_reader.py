@@ -10,13 +10,11 @@ workloads' SLOs were written for is held to them in its own time (:func:`dilatio
 from __future__ import annotations
 
 import hashlib
-import math
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench.regret.binding import bound, keeping_up
 from bench.regret.oracle import Table, build_table
 from bench.regret.reading import COST_KEYED, Reading, ReadingCache, reading_cost
 from bench.regret.records import Json
@@ -94,11 +92,22 @@ def one_at_a_time(backend: Backend, config: TrialConfig, wl: Workload) -> Measur
                                                    seed=0))
 
 
-def at_the_rate(backend: Backend, config: TrialConfig, wl: Workload) -> Measurement:
-    """``config`` serving ``wl``'s requests as they arrive (the rate to serve)."""
-    from autotune.types import ReplaySchedule
+def first_reading(backend: Backend, config: TrialConfig, policy: Policy,
+                  wl: Workload) -> Measurement:
+    """``config`` read once at ``wl``'s rate to serve as a capacity search reads its first
+    rate (the policy's bounded window of the sample, :func:`autotune.orchestrate.capacity.
+    replay_at_capacity` with one replay) under ``wl``'s p99 TTFT bound alone:
+    ``capacity_met_slo`` says whether it kept up there."""
+    from autotune.orchestrate.capacity import replay_at_capacity
+    from autotune.slo import Slo
 
-    return _replay(backend, config, ReplaySchedule(wl.requests, mode="trace", seed=0))
+    slo = Slo(ttft_p99_ms=wl.slo[0])
+    replica = backend.start(config)
+    try:
+        return replay_at_capacity(replica, policy.replay.schedule(wl.requests, seed=0, slo=slo),
+                                  slo, max_replays=1)
+    finally:
+        replica.stop()
 
 
 def _replay(backend: Backend, config: TrialConfig, schedule: ReplaySchedule) -> Measurement:
@@ -168,23 +177,33 @@ class SimReader:
                                       self.policy.sim.model_dump(), 0)
         # keyed by the workload as written (its SLO before any dilation)
         self.key = (f"{world.name}|{wl.name}|{settings.requests}|{settings.capacity_replays}|"
-                    f"{wl.slo}|{settings.fingerprint}|{COST_KEYED}")
+                    f"{wl.slo}|{settings.fingerprint}|{COST_KEYED}"
+                    + (f"|{world.digest}" if world.digest else ""))
         self.cache = ReadingCache(settings.cache, self.key)
-        #: the binding p99 ITL bound (None: no config keeps up at the rate) and the p99 ITLs at
-        #: the rate of the configs that keep up, which it was set from
-        self.binding: tuple[float | None, list[float]] | None = None
-        if settings.binding_slo:
-            at_rate = [self.at_rate(c) for c in self.configs()]
-            itl = bound(at_rate, self.wl.slo[0])
-            self.binding = (itl, keeping_up(at_rate, self.wl.slo[0]))
-            if itl is None:
-                return
-            self.wl = replace(self.wl, slo=(self.wl.slo[0], itl))
-            self.policy = self.search_policy("grid", BUDGET)
-            self.key += f"|binding {itl:.6g}"
-            measured = self.cache.measured
-            self.cache = ReadingCache(settings.cache, self.key)
-            self.cache.measured = measured
+        #: under a binding SLO (:meth:`serve_at`, :meth:`hold_to`): the rate to serve and the
+        #: p99 ITL bound set (None: the workload's own)
+        self.rate: float | None = None
+        self.itl_bound: float | None = None
+
+    def _rekey(self, part: str) -> None:
+        """The policy and the cache of the workload as it now is, keyed by ``part`` too."""
+        self.policy = self.search_policy("grid", BUDGET)
+        self.key += f"|{part}"
+        measured = self.cache.measured
+        self.cache = ReadingCache(self.settings.cache, self.key)
+        self.cache.measured = measured
+
+    def serve_at(self, rate: float) -> None:
+        """Make ``rate`` × the sample's rate the workload's rate to serve: its arrivals sped up
+        by ``rate``, so autotune reads it as 1 × the (new) sample's."""
+        requests = [replace(r, arrival_s=(r.arrival_s or 0.0) / rate) for r in self.wl.requests]
+        self.wl, self.rate = replace(self.wl, requests=requests), rate
+        self._rekey(f"rate {rate:.6g}")
+
+    def hold_to(self, itl_bound: float) -> None:
+        """Hold the workload to a p99 ITL bound of ``itl_bound`` ms (its TTFT bound kept)."""
+        self.wl, self.itl_bound = replace(self.wl, slo=(self.wl.slo[0], itl_bound)), itl_bound
+        self._rekey(f"binding {itl_bound:.6g}")
 
     @property
     def measured(self) -> int:
@@ -200,22 +219,24 @@ class SimReader:
 
     @property
     def bound(self) -> bool:
-        """Scored under a binding SLO: ``--binding-slo``, some config keeps up with the
-        arrivals at the rate and some config's capacity reading serves it."""
-        return self.binding is not None and self.binding[0] is not None and self.reachable
+        """Scored under a binding SLO: a rate to serve was set (:meth:`serve_at`) and some
+        config's capacity reading serves it."""
+        return self.rate is not None and self.reachable
 
-    def at_rate(self, config: TrialConfig) -> tuple[float, float]:
-        """``config``'s p99 ITL and p99 TTFT (ms) serving the workload's requests at the rate
-        to serve (:func:`at_the_rate`), measured once and cached."""
+    def at_rate(self, config: TrialConfig) -> float | None:
+        """``config``'s p99 ITL (ms) at the rate to serve, read as a capacity search reads its
+        first rate (:func:`first_reading`) under the workload's TTFT bound alone; None when it
+        does not keep up there (TTFT missed, arrivals fallen behind, or not sustained).
+        Measured once and cached."""
+        def measure() -> Reading:
+            m = first_reading(self.backend, config, self.policy, self.wl)
+            met = m.extra.get("capacity_met_slo") == 1.0
+            return Reading(m.slo_check(Slo()).itl_p99_ms, met, {}, {})
+
         from autotune.slo import Slo
 
-        def measure() -> Reading:
-            check = at_the_rate(self.backend, config, self.wl).slo_check(Slo())
-            return Reading(check.itl_p99_ms, True, {}, {"ttft_p99_ms": check.ttft_p99_ms})
-
         r = self.cache.read(f"{self.key}|{config.short()}|at-rate", measure)[0]
-        ttft = r.summary["ttft_p99_ms"]
-        return r.value, float(ttft) if isinstance(ttft, int | float) else math.inf
+        return r.value if r.feasible else None
 
     def search_policy(self, strategy: str, budget: int) -> Policy:
         """The policy a method searches with (``strategy``, ``budget`` trials)."""

@@ -2,7 +2,10 @@
 all of them), read from a results file: ``--out``'s JSON, ``--detail``'s or
 ``python -m bench.regret.merge``'s (``bench/results/regret/regret-worlds.json``). With the units'
 details in the file (``--detail``, merge), the last column says which of the targets
-(:func:`bench.regret.report.checks`) each row misses, or "all met".
+(:func:`bench.regret.report.checks`) each row misses, or "all met". Where the runs carry their
+cost, guided's median GPU-hours and the regret at an equal GPU-hour budget (guided's at its
+stop, TPE's when its spending stops at guided's, and guided's over TPE's); under a binding
+SLO, the units whose throughput-best config fails it at the rate to serve, of the units.
 
     .venv/bin/python -m bench.regret.table bench/results/regret/regret-worlds.json
 """
@@ -18,7 +21,7 @@ from bench.regret.report import checks
 
 HEADER = ("| world | guided median / worst | guided median runs | guided at 6 runs | "
           "TPE at 6 runs | TPE median / worst | random median / worst | grid median / worst | "
-          "default |")
+          "default | guided GPU-h | at guided's GPU-h: guided / TPE (ratio) | binding units |")
 TARGETS = " targets |"
 
 
@@ -30,6 +33,18 @@ def _pair(methods: Mapping[str, MethodSummary], m: str) -> str:
     if m not in methods:
         return "-"
     return f"{_pct(methods[m]['median_regret'])} / {_pct(methods[m].get('max_regret'))}"
+
+
+def _economy(summary: Summary) -> list[str]:
+    """The GPU-hours, equal-GPU-hour and binding-SLO cells ("-" where the result has none)."""
+    eq, b = summary.get("equal_gpu_h"), summary.get("binding_slo")
+    at = "-"
+    if eq is not None and "tpe" in eq["at_guided_gpu_h"]:
+        ratio = eq["guided_over_tpe"]
+        at = (f"{_pct(eq['guided'])} / {_pct(eq['at_guided_gpu_h']['tpe'])} "
+              f"({'-' if ratio is None else f'{ratio:.2f}'})")
+    return [f"{eq['gpu_h']:.3g}" if eq is not None else "-", at,
+            f"{b['binding_units']} / {b['units']}" if b is not None else "-"]
 
 
 def missed(name: str, summary: Summary, units: Sequence[Detail]) -> str:
@@ -50,7 +65,7 @@ def row(name: str, summary: Summary, units: Sequence[Detail] | None = None) -> s
              _pct(g["regret_at_6"]) if g else "-",
              _pct(t["regret_at_6"]) if t else "-",
              _pair(ms, "tpe"), _pair(ms, "random"), _pair(ms, "grid"),
-             _pct(ms["default"]["median_regret"])]
+             _pct(ms["default"]["median_regret"]), *_economy(summary)]
     if units is not None:
         cells.append(missed(name, summary, units))
     return "| " + " | ".join(cells) + " |"

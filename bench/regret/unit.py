@@ -11,18 +11,13 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from bench.regret.binding import record
-from bench.regret.economy import (
-    gpu_h_to,
-        no_rate_trials,
-    trial_gpu_h,
-    within_budget,
-)
+from bench.regret.binding import bound, capacity, rate_to_serve, record
+from bench.regret.economy import gpu_h_to, no_rate_trials, trial_gpu_h, within_budget
 from bench.regret.engine_reader import EngineReader
 from bench.regret.methods import Trials, race, recommended, run_grid, run_searcher, runs_to
 from bench.regret.oracle import Table
 from bench.regret.reader import Reader
-from bench.regret.records import Detail, RunRow
+from bench.regret.records import BindingRecord, Detail, RunRow
 from bench.regret.report import median
 from bench.regret.settings import BUDGET, EQUAL_BUDGET, Settings
 from bench.regret.sim_reader import SimReader
@@ -56,39 +51,61 @@ def bench_unit(world: World, wl: Workload | None, settings: Settings) -> UnitRes
         reader, seeds = EngineReader(world, settings), settings.engine_seeds
     else:
         assert wl is not None
-        reader, seeds = SimReader(world, wl, settings), settings.seeds
+        sim = SimReader(world, wl, settings)
         if settings.binding_slo:
-            return _binding(reader, wl, settings, t0)
+            return _binding(sim, settings, t0)
+        reader, seeds = sim, settings.seeds
     return score_methods(reader, seeds, settings.methods, t0)
 
 
-def _binding(reader: SimReader, wl: Workload, settings: Settings, t0: float) -> UnitResult:
+def _binding(reader: SimReader, settings: Settings, t0: float) -> UnitResult:
     """A unit under its binding SLO (bench/regret/binding.py), with its ``binding`` record:
-    the throughput-best config is the oracle of the same readings under the workload's own
-    SLO, by capacity at any rate."""
-    assert reader.binding is not None
-    own = SimReader(reader.world, wl, replace(settings, binding_slo=False))
-    throughput_best, _ = own.tables(1)[0].oracle()
+    the oracle under the workload's own SLO (capacity at any rate) gives the throughput-best
+    config and the configs' capacities, which set the rate to serve; the configs' p99 ITLs at
+    that rate set the bound."""
+    own = reader.tables(1)[0]
+    throughput_best, _ = own.oracle()
+    rate = rate_to_serve([capacity(own.readings[c]) for c in own.readings
+                          if own.meets_somewhere(c)])
+    at: dict[str, float | None] = {}
+    itl = None
+    if rate is not None:
+        reader.serve_at(rate)
+        at = {c.short(): reader.at_rate(c) for c in reader.configs()}
+        itl = bound(at, throughput_best.short())
+        if itl is not None:
+            reader.hold_to(itl)
+    if rate is None or not any(v is not None for v in at.values()):
+        reader.reachable = False  # out of reach: scored under the workload's own SLO and rate
     table = reader.tables(1)[0]
-    reachable = any(table.mostly_feasible(c) for c in table.readings)
-    if not reachable:  # no config's capacity reaches the rate: scored by capacity at any rate
-        reader.reachable = False
+    if reader.bound and not any(table.mostly_feasible(c) for c in table.readings):
+        reader.reachable = False  # no capacity reading serves the rate: capacity at any rate
+        table = reader.tables(1)[0]
     res = score_methods(reader, settings.seeds, settings.methods, t0)
-    serves = table.mostly_feasible(throughput_best)
-    itl, kept = reader.binding
-    res.detail["binding"] = record(reader.world.name, itl, kept, len(reader.configs()),
-                                   throughput_best.short(), serves, reachable)
-    res.lines.insert(1, f"  binding p99 ITL {itl:.1f} ms (p99 ITL at the rate of the "
-                        f"{len(kept)} configs keeping up: best {min(kept):.1f}, median "
-                        f"{median(kept):.1f}); throughput-best {throughput_best.short()} "
-                        f"{'serves' if serves else 'FAILS'} the rate"
-                        + ("" if reachable else "; no config's capacity reading serves the "
-                           "rate: scored by capacity at any rate")
-                     if itl is not None else
-                     "  binding SLO: no config keeps up with the arrivals at the rate to "
-                     "serve: the workload's own SLO kept")
-    return replace(res, measured=res.measured + own.measured,
-                   seconds=time.perf_counter() - t0)
+    serves = Table(table.readings, binding=True).mostly_feasible(throughput_best)
+    res.detail["binding"] = record(reader.world.name, rate, itl, at, throughput_best.short(),
+                                   serves, reader.bound)
+    res.lines.insert(1, _binding_line(res.detail["binding"]))
+    return replace(res, seconds=time.perf_counter() - t0)
+
+
+def _binding_line(b: BindingRecord) -> str:
+    """A unit's binding SLO, one line."""
+    if b["rate_to_serve"] is None:
+        return "  binding SLO: no config meets the workload's SLO at any rate: its own kept"
+    head = (f"  binding: rate to serve {b['rate_to_serve']:.3g}x the sample's; "
+            f"{b['configs_keeping_up']} of {b['configs']} configs keep up there")
+    if not b["configs_keeping_up"]:
+        return head + ": out of reach, the workload's own SLO and rate kept"
+    itl = (f"p99 ITL bound {b['itl_p99_ms']:.1f} ms" if b["itl_p99_ms"] is not None
+           else "the workload's own p99 ITL bound")
+    mine = b.get("itl_p99_at_rate_throughput_best_ms")
+    return (head + f" (p99 ITL lowest {b['itl_p99_at_rate_best_ms']:.1f} ms, throughput-best "
+            + (f"{mine:.1f} ms" if mine is not None else "falls behind")
+            + f"); {itl}; throughput-best {b['throughput_best']} "
+            + ("serves" if b["throughput_best_serves"] else "FAILS") + " the rate"
+            + ("" if b.get("reachable", True) else "; no config's capacity reading serves "
+               "the rate: scored by capacity at any rate"))
 
 
 def score_methods(reader: Reader, seeds: int, methods: Sequence[str], t0: float) -> UnitResult:

@@ -17,8 +17,9 @@ benchmark can iterate over them::
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Literal, NotRequired, TypedDict
 
@@ -80,6 +81,14 @@ def tuned_on(name: str) -> bool:
     return name in TUNED_ON
 
 
+#: The held-out simulated worlds' profiles (bench/regret/held_out/): worlds built to judge the
+#: search, not shipped with autotune and not in :data:`TUNED_ON`. Each is scored ONCE, with the
+#: code frozen, by ``python -m bench.regret --held-out`` (a default run leaves them out), and that
+#: first figure is the one reported; checking that one builds reads it with ``--methods grid``
+#: or its oracle alone, never a search it could be tuned to.
+HELD_OUT_DIR = Path(__file__).parent / "held_out"
+
+
 @dataclass(frozen=True)
 class World:
     """One world: what it is, where its numbers come from, and the policy keys that select it
@@ -95,6 +104,10 @@ class World:
     hardware: str
     sources: str
     policy: WorldKeys | None
+    #: a held-out world (:data:`HELD_OUT_DIR`): scored once, with the code frozen
+    held_out: bool = False
+    #: a hash of a held-out world's profile file: its cached readings never outlive an edit
+    digest: str = ""
 
 
 def _header(path: Path) -> str:
@@ -109,30 +122,47 @@ def _header(path: Path) -> str:
 
 def sim_worlds() -> list[World]:
     """One world per (shipped profile, drafter)."""
-    from autotune.backends.sim import load_profile, profile_catalog
+    from autotune.backends.sim import profile_catalog
 
+    return [w for summary in profile_catalog() for w in _profile_worlds(summary.name)]
+
+
+def held_out_worlds() -> list[World]:
+    """One world per (held-out profile of :data:`HELD_OUT_DIR`, drafter), marked held out."""
     out = []
-    for summary in profile_catalog():
-        profile = load_profile(summary.name)
-        sources = _header(Path(summary.source))
-        if summary.table:
-            sources += f" Step times: {Path(summary.table).name} ({profile.cost.law} law)."
-        for name, kind, draft_model in summary.drafters:
-            block = profile.drafters[name].block_size
-            policy: WorldKeys = {
-                "serve": {"model": summary.model, "draft_model": draft_model,
-                          "method": METHODS.get(name, name), "draft_block_size": block,
-                          "tensor_parallel_size": summary.tensor_parallel_size,
-                          "gpus_per_replica": summary.gpu_count},
-                "hardware": {"gpu": summary.gpu, "count": summary.gpu_count},
-                "sim": {"profile": summary.name, "drafter": name},
-            }
-            if name != "dspark":  # adaptive verification is a DSpark field
-                policy["space"] = {"enable_adaptive_verification": [False]}
-            out.append(World(name=f"{summary.name}/{name}", kind="sim",
-                             cost_law=summary.cost_law, drafter=name, drafter_kind=kind,
-                             model=summary.model, hardware=summary.hardware, sources=sources,
-                             policy=policy))
+    for path in sorted(HELD_OUT_DIR.glob("*.yaml")):
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+        out += [replace(w, held_out=True, digest=digest) for w in _profile_worlds(str(path))]
+    return out
+
+
+def _profile_worlds(profile_name: str) -> list[World]:
+    """The worlds of one simulator profile (a shipped name or a file), one per drafter."""
+    from autotune.backends.sim import load_profile
+    from autotune.backends.sim._catalog import summarize_profile
+
+    profile = load_profile(profile_name)
+    summary = summarize_profile(profile)
+    sources = _header(Path(summary.source))
+    if summary.table:
+        sources += f" Step times: {Path(summary.table).name} ({profile.cost.law} law)."
+    out = []
+    for name, kind, draft_model in summary.drafters:
+        block = profile.drafters[name].block_size
+        policy: WorldKeys = {
+            "serve": {"model": summary.model, "draft_model": draft_model,
+                      "method": METHODS.get(name, name), "draft_block_size": block,
+                      "tensor_parallel_size": summary.tensor_parallel_size,
+                      "gpus_per_replica": summary.gpu_count},
+            "hardware": {"gpu": summary.gpu, "count": summary.gpu_count},
+            "sim": {"profile": profile_name, "drafter": name},
+        }
+        if name != "dspark":  # adaptive verification is a DSpark field
+            policy["space"] = {"enable_adaptive_verification": [False]}
+        out.append(World(name=f"{summary.name}/{name}", kind="sim",
+                         cost_law=summary.cost_law, drafter=name, drafter_kind=kind,
+                         model=summary.model, hardware=summary.hardware, sources=sources,
+                         policy=policy))
     return out
 
 
@@ -149,8 +179,8 @@ def engine_worlds() -> list[World]:
 
 
 def worlds() -> list[World]:
-    """Every world: the simulator's, then the real engine's."""
-    return [*sim_worlds(), *engine_worlds()]
+    """Every world: the simulator's, the held-out ones, then the real engine's."""
+    return [*sim_worlds(), *held_out_worlds(), *engine_worlds()]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -163,8 +193,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"{'world':44s} {'kind':6s} {'cost law':9s} {'drafter':24s} model")
     for w in found:
+        mark = " (held out: scored once, python -m bench.regret --held-out)" if w.held_out else ""
         print(f"{w.name:44s} {w.kind:6s} {w.cost_law:9s} "
-              f"{w.drafter + ' (' + w.drafter_kind + ')':24s} {w.model}")
+              f"{w.drafter + ' (' + w.drafter_kind + ')':24s} {w.model}{mark}")
     return 0
 
 

@@ -9,13 +9,13 @@ import math
 import pytest
 
 from autotune.cost import TrialCost
-from bench.regret.binding import RULE, bound, changed_winner, keeping_up, record
+from bench.regret.binding import RULE, bound, capacity, changed_winner, rate_to_serve, record
 from bench.regret.economy import gpu_h_to, no_rate_trials, trial_gpu_h, within_budget
 from bench.regret.oracle import Table
 from bench.regret.reading import Reading
 from bench.regret.records import Detail, Json, RunRow
 from bench.regret.report import binding_lines, checks, result, summarize, tuned_on_lines
-from bench.regret.worlds import TUNED_ON
+from bench.regret.worlds import TUNED_ON, held_out_worlds
 
 
 def reading(value: float, *, start_s: float = 600.0, replay_s: float = 1800.0, gpus: int = 8,
@@ -101,9 +101,15 @@ def test_the_summary_gives_regret_against_gpu_hours_and_the_no_rate_trials() -> 
             g["median_no_rate_trials"]) == (10.0, 0.0, 8.0, 1.0)
     assert t["median_gpu_h"] == 40.0 and t["regret_at_guided_gpu_h"] == 0.09
     assert t["median_gpu_h_to_1pct"] is None  # not reached in half the runs
+    assert res.get("equal_gpu_h") == {"gpu_h": 10.0, "guided": 0.0,
+                                      "at_guided_gpu_h": {"tpe": 0.09}, "guided_over_tpe": 0.0}
     lines = checks("w", res, [_unit(guided, tpe)])
-    assert ("PASS at guided's GPU-hours guided 0.00% <= tpe 9.00% / 3; PASS guided median "
-            "search trials on configs meeting the SLO at no rate 1 <= 1") in lines[-1]
+    assert ("PASS at guided's GPU-hours (10 GPU-h median) guided 0.00% <= tpe 9.00% / 3; PASS "
+            "guided median search trials on configs meeting the SLO at no rate 1 <= 1"
+            ) in lines[-1]
+    # TPE as good as guided at guided's GPU-hours: no ratio, and the target needs guided's 0
+    even = summarize([_unit(guided, [_row(0.0, 40.0, 0.0, 30.0, 3)])], 1).get("equal_gpu_h")
+    assert even is not None and even["guided_over_tpe"] is None
 
 
 def test_rows_recorded_before_cost_keep_the_old_summary_and_checks() -> None:
@@ -115,36 +121,58 @@ def test_rows_recorded_before_cost_keep_the_old_summary_and_checks() -> None:
     assert len(checks("w", res, [_unit([old], [old])])) == 2
 
 
-def test_the_binding_bound_lies_halfway_from_the_best_itl_at_the_rate_to_the_median() -> None:
-    """Among the configs that keep up with the arrivals (their p99 TTFT meets its bound): a
-    config falling behind, however short its ITL, sets nothing."""
-    at_rate = [(40.0, 900.0), (10.0, 800.0), (30.0, 700.0), (20.0, 2900.0), (90.0, 100.0),
-               (1.0, 60000.0)]  # (p99 ITL, p99 TTFT); the last falls behind
-    assert keeping_up(at_rate, 3000.0) == [40.0, 10.0, 30.0, 20.0, 90.0]
-    assert bound(at_rate, 3000.0) == pytest.approx(20.0)  # best 10, median 30
-    assert bound(at_rate, 50.0) is None  # no config keeps up: no bound
+def test_the_rate_to_serve_is_the_median_capacity_of_the_configs_meeting_the_slo() -> None:
+    """Half the configs that meet the workload's own SLO at some rate carry the rate to serve;
+    a config's capacity is its readings' mean load scale."""
+    assert capacity([reading(1.0, scale=0.5), reading(1.0, scale=0.7)]) == pytest.approx(0.6)
+    assert rate_to_serve([0.2, 0.9, 0.5, 0.0, 0.6]) == pytest.approx(0.55)  # 0: no rate
+    assert rate_to_serve([0.0, math.nan]) is None
 
 
-def test_the_units_where_the_slo_changes_the_winner_are_counted() -> None:
-    def bound_unit(workload: str, serves: bool, itl: float | None = 20.0,
-                   reachable: bool = True) -> Detail:
+def test_the_bound_splits_the_shortest_tail_and_the_throughput_bests_by_equal_margins() -> None:
+    """At the rate to serve: the geometric midpoint of the lowest p99 ITL of the configs that
+    keep up there (None: falls behind, however short its ITL) and the throughput-best's."""
+    at_rate = {"short": 40.0, "best": 90.0, "mid": 60.0, "behind": None}
+    itl = bound(at_rate, "best")
+    assert itl is not None and itl == pytest.approx(60.0)
+    assert math.log(itl / 40.0) == pytest.approx(math.log(90.0 / itl))
+    assert bound(at_rate, "short") is None    # it has the shortest tail: no bound fails it alone
+    assert bound(at_rate, "behind") is None   # it fails the rate whatever the ITL bound
+    assert bound({"a": None, "b": None}, "a") is None
+
+
+def test_the_units_where_the_slo_changes_the_winner_are_counted_per_world() -> None:
+    def bound_unit(workload: str, serves: bool, rate: float | None = 0.5,
+                   at: dict[str, float | None] | None = None, reachable: bool = True,
+                   world: str = "w/d") -> Detail:
         unit = _unit([_row(0.0, 1.0, 0.0, 1.0, 0)], [_row(0.0, 1.0, 0.0, 1.0, 0)])
         unit["workload"] = workload
-        kept = [10.0, 30.0] if itl is not None else []
-        unit["binding"] = record("w/d", itl, kept, 25, "n7-s128-b8192", serves, reachable)
+        at = {"t": 90.0, "s": 40.0} if at is None else at
+        unit["binding"] = record(world, rate, bound(at, "t"), at, "t", serves, reachable)
         return unit
 
-    # mixed: no config keeps up at the rate; long: none's capacity serves it under the bound
+    # mixed: no config meets the SLO at any rate; long: none keeps up at the rate; batch:
+    # none's capacity reading serves it under the bound
     units = [bound_unit("chat", False), bound_unit("code", True), bound_unit("math", False),
-             bound_unit("mixed", False, None), bound_unit("long", False, 30.0, False)]
+             bound_unit("mixed", False, None, {}, world="v/d"),
+             bound_unit("long", False, 0.5, {"t": None}, world="v/d"),
+             bound_unit("batch", False, reachable=False, world="v/d")]
+    assert units[0]["binding"]["itl_p99_ms"] == pytest.approx(60.0)
+    assert units[0]["binding"]["itl_p99_at_rate_throughput_best_ms"] == 90.0
     assert changed_winner(units) == ["w/d chat", "w/d math"]
-    res = result({"w/d": units}, ["chat", "code", "math", "mixed", "long"], {"w/d": 1})
-    assert res.get("binding_slo") == {"rule": RULE, "units": 5, "throughput_best_fails": 2,
+    res = result({"w/d": units[:3], "v/d": units[3:]},
+                 ["chat", "code", "math", "mixed", "long", "batch"], {"w/d": 1, "v/d": 1})
+    assert res.get("binding_slo") == {"rule": RULE, "units": 6, "binding_units": 2,
                                       "which": ["w/d chat", "w/d math"],
-                                      "out_of_reach": ["w/d mixed", "w/d long"]}
-    line = binding_lines(res)[0]
-    assert "fails the SLO at the rate to serve in 2 of 5 units (FAIL at least half)" in line
-    assert line.endswith("scored by capacity at any rate) in w/d mixed, w/d long")
+                                      "out_of_reach": ["v/d mixed", "v/d long", "v/d batch"]}
+    assert res["worlds"]["w/d"].get("binding_slo") == {
+        "units": 3, "binding_units": 2, "which": ["w/d chat", "w/d math"], "out_of_reach": []}
+    lines = binding_lines(res)
+    assert lines[1].startswith("  w/d: the throughput-best config fails the SLO at the rate to "
+                               "serve in 2 of 3 units (PASS at least half)")
+    assert "in 0 of 3 units (FAIL at least half)" in lines[2]
+    assert lines[2].endswith("SLO): v/d mixed, v/d long, v/d batch")
+    assert "in 2 of 6 units (FAIL at least half)" in lines[3]
     plain = result({"w/d": [_unit([_row(0.0, 1.0, 0.0, 1.0, 0)],
                                   [_row(0.0, 1.0, 0.0, 1.0, 0)])]}, ["chat"], {"w/d": 1})
     assert "binding_slo" not in plain and binding_lines(plain) == []
@@ -159,6 +187,11 @@ def test_a_world_the_search_was_not_tuned_on_is_marked_scored_once() -> None:
     assert res["worlds"]["new-node/dspark"]["tuned_on"] is False
     assert res.get("tuned_on") == list(TUNED_ON)
     assert tuned_on_lines([tuned, "new-node/dspark"])[1].endswith(": new-node/dspark")
+    held = held_out_worlds()[0].name
+    res = result({held: [unit]}, ["chat"], {held: 1})
+    assert res["worlds"][held].get("held_out") is True
+    assert "held_out" not in result({tuned: [unit]}, ["chat"], {tuned: 1})["worlds"][tuned]
+    assert tuned_on_lines([tuned, held])[1].endswith(f": {held} (held out)")
 
 
 def test_a_run_stopped_at_guideds_gpu_hours_recommends_from_what_it_paid_for() -> None:

@@ -99,12 +99,35 @@ def test_the_markdown_table_has_a_row_per_world_and_one_over_all() -> None:
                      "summary": summary((0.0, 0.03, 5.0, 0.0), 0.02)})
     lines = text.splitlines()
     assert lines[0].startswith("| world | guided median / worst |")
-    assert lines[1] == "|---|---|---|---|---|---|---|---|---|"
+    assert lines[1] == "|---|---|---|---|---|---|---|---|---|---|---|---|"
     assert lines[2] == ("| a/dspark | 0.00% / 1.82% | 6 | 0.00% | 1.33% | 1.00% / 20.00% | - | - "
-                        "| 21.46% |")
+                        "| 21.46% | - | - | - |")  # no cost, no binding SLO in these rows
     assert lines[3].startswith("| b/eagle3 | 0.10% / 3.00% | 4.5 | 0.20% | 5.00% |")
     assert lines[4].startswith("| all 2 worlds | 0.00% / 3.00% | 5 |")
     assert len(lines) == 5
+
+
+def test_the_table_gives_regret_at_equal_gpu_hours_and_the_binding_units() -> None:
+    """Runs that carry their cost give guided's GPU-hours and, at them, guided's regret against
+    TPE's with their ratio; binding units are counted of the units."""
+    def row(regret: float, gpu_h: float, at_gpu_h: float) -> dict[str, object]:
+        return {"regret": regret, "runs": 6, "regret_se": None, "regret_at_6": regret,
+                "to_2pct": 3.0, "chosen": "c", "stop": "", "trials": [], "gpu_h": gpu_h,
+                "trial_gpu_h": [gpu_h], "regret_at_gpu_h": at_gpu_h, "gpu_h_to_1pct": gpu_h,
+                "no_rate_trials": 0}
+
+    from bench.regret.binding import record
+    from bench.regret.report import result
+
+    unit = {"slo": {"ttft_p99_ms": 3000.0, "itl_p99_ms": 60.0, "dilation": [1.0, 1.0, 1.0]},
+            "oracle": "c", "oracle_value": 1.0, "oracle_feasible": True, "default_regret": 0.2,
+            "default_meets_slo": True, "workload": "chat",
+            "runs": {"guided": [row(0.01, 12.0, 0.01), row(0.01, 14.0, 0.01)],
+                     "tpe": [row(0.0, 30.0, 0.04), row(0.0, 30.0, 0.04)]},
+            "binding": record("a/dspark", 0.5, 60.0, {"t": 90.0, "s": 40.0}, "t", False)}
+    res = result({"a/dspark": [unit]}, ["chat"], {"a/dspark": 2})
+    lines = markdown(res).splitlines()
+    assert lines[2].endswith("| 13 | 1.00% / 4.00% (0.25) | 1 / 1 |")
 
 
 def test_the_targets_column_names_what_a_world_misses() -> None:
@@ -125,7 +148,7 @@ def test_the_targets_column_names_what_a_world_misses() -> None:
     units = {"good/w": [unit(0.01, 0.2)], "bad/w": [unit(0.08, 0.05)]}
     text = markdown({"worlds": {"good/w": summary(0.01), "bad/w": summary(0.08)}}, units)
     lines = text.splitlines()
-    assert lines[0].endswith("| default | targets |")
+    assert lines[0].endswith("| binding units | targets |")
     assert lines[2].endswith("| all met |")
     assert "misses: worst 8.00% <= 3%" in lines[3]
     assert "never loses to a default that meets the SLO (loses: chat seed 0)" in lines[3]

@@ -4,10 +4,13 @@ readings at capacity, the plan), and `autotune plan --run` makes it again from t
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
+import yaml
 from plan_run import REPLAYED, SAMPLE, run
 
+from autotune.policy import DEFAULT_POLICY_PATH
 from autotune.store import Store
 
 
@@ -92,3 +95,17 @@ def test_the_mixed_readings_are_charged_to_the_pass(tuned: tuple[str, str]) -> N
         assert reading["metrics"]["cost_replica_h"] > 0
     cost = options["cost"]["workloads"]
     assert set(cost) == {t.workload for t in trials} | {"(mixed)"}
+
+
+def test_a_policy_peak_window_longer_than_the_sample_stops_start_before_writing(
+        tmp_path: Path) -> None:
+    data = yaml.safe_load(DEFAULT_POLICY_PATH.read_text())
+    data["plan"] = {"peak_window": "1h"}  # small.jsonl spans 14 s
+    policy = tmp_path / "long-window.yaml"
+    policy.write_text(yaml.safe_dump(data))
+    db = tmp_path / "autotune.db"
+    code, out, err = run("start", "--traffic", SAMPLE, "--policy", policy,
+                         "--db", f"sqlite:///{db}", "--once", "--export-dir", tmp_path / "ex")
+    assert code == 2 and "plan.peak_window 1h is longer than the sample" in err
+    assert "Traceback" not in err and out == "" and not db.exists()
+    assert not (tmp_path / "ex").exists()

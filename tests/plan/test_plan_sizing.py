@@ -17,8 +17,13 @@ SLO = Slo(ttft_p99_ms=3000, itl_p99_ms=60)
 
 
 def reading(low: float, high: float | None = None, sustained: float | None = 1.0,
-            scales: tuple[float, ...] = ()) -> dict[str, float]:
+            scales: tuple[float, ...] = (), slice_rate: float | None = 2.0
+            ) -> dict[str, float]:
+    """A trial's metrics; ``slice_rate``: the rate (req/s at scale 1) of the slice its kept
+    reading replayed, 61 requests (None: a reading that records no window)."""
     m = {"load_scale": low, "capacity_met_slo": 1.0}
+    if slice_rate is not None:
+        m.update(requests=61.0, capacity_window_s=60.0 / (low * slice_rate))
     if high is not None:
         m["capacity_high_scale"] = high
     if sustained is not None:
@@ -75,6 +80,31 @@ def test_a_rate_faster_than_any_replay_lies_outside_what_was_measured() -> None:
     assert not size_for(4.0, c, 0.1, 8, SLO).outside_measured
     far = size_for(16.0, c, 0.1, 8, SLO)
     assert far.outside_measured and any("outside what was measured" in n for n in far.notes())
+
+
+def test_the_capacity_is_the_rate_sustained_on_the_slice_the_reading_replayed() -> None:
+    # the kept reading replayed a slice 2.5x denser than the sample's mean of 2 req/s
+    c = capacity(reading(1.5, 1.8, slice_rate=5.0), rate=2.0)
+    assert c.unit == "sustained" and c.slice_rate_ratio == pytest.approx(2.5)
+    assert c.low_per_s == pytest.approx(1.5 * 5.0) and c.high_per_s == pytest.approx(1.8 * 5.0)
+    assert c.covered_per_s >= c.low_per_s and c.trusted == ""
+    # the same reading without its window: the mean-rate conversion, said so
+    old = capacity(reading(1.5, 1.8, slice_rate=None), rate=2.0)
+    assert old.unit == "mean" and old.slice_rate_ratio is None
+    assert (old.low_per_s, old.high_per_s) == (3.0, 3.6)
+    assert "mean rate" in old.trusted and old.as_dict()["capacity_unit"] == "mean"
+    rate = 20.0
+    assert size_for(rate, c, 0.1, 8, SLO).replicas == replicas_for(rate, 7.5, 0.1) == 3
+    assert size_for(rate, old, 0.1, 8, SLO).replicas == replicas_for(rate, 3.0, 0.1) == 8
+
+
+def test_the_slo_probability_is_read_in_the_capacitys_own_unit() -> None:
+    # one replica at its capacity is a coin flip, whichever unit the capacity is in
+    for slice_rate in (2.0, 5.0, None):
+        c = capacity(reading(1.0, 1.2, slice_rate=slice_rate))
+        edge = size_for(c.low_per_s * 0.999, c, 1e-6, 8, SLO)
+        assert edge.replicas == 1 and edge.probability is not None
+        assert 0.4 < edge.probability < 0.6
 
 
 def test_no_capacity_says_why() -> None:

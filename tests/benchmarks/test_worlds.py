@@ -1,0 +1,50 @@
+"""The regret benchmark's held-out worlds: registered apart from the worlds the search was tuned
+on, marked in the output, and each a simulated world that serves requests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.regret.worlds import HELD_OUT_DIR, TUNED_ON, held_out_worlds, sim_worlds, worlds
+
+
+def test_a_held_out_world_is_registered_apart_from_the_worlds_tuned_on() -> None:
+    held = held_out_worlds()
+    assert held and all(w.held_out and w.digest for w in held)
+    names = {w.name for w in held}
+    assert not names & set(TUNED_ON)
+    assert not names & {w.name for w in sim_worlds()}  # a default run never scores it
+    assert names <= {w.name for w in worlds()}          # listed with every world
+    for w in held:
+        assert w.policy is not None
+        assert Path(w.policy["sim"]["profile"]).parent == HELD_OUT_DIR
+
+
+def test_the_held_out_world_serves_requests_on_its_own_hardware() -> None:
+    """Its policy builds (the hardware is read from its profile: 8 GPUs of a kind the
+    predictor's table lacks) and its replica serves a few requests, slower per token than the
+    shipped Kimi-K2.6 DSpark world it is scaled from."""
+    from autotune.backends import create_backend
+    from autotune.backends.sim import generate_requests
+    from autotune.types import ReplaySchedule
+    from bench.regret.settings import SMALL_SPACE
+    from bench.regret.sim_reader import bench_policy
+    from bench.regret.workloads import Workload
+
+    requests = list(generate_requests(4, workload="chat", seed=0, prompt_tokens=[512] * 4,
+                                      output_tokens=[64] * 4))
+    wl = Workload("few", requests, (3000.0, 60.0), "four requests")
+    reference = next(w for w in sim_worlds() if w.name == "kimi-k2.6@8xH200-tp8/dspark")
+    itl = {}
+    for world in (held_out_worlds()[0], reference):
+        policy = bench_policy(world, wl, "grid", 12, SMALL_SPACE)
+        assert policy.gpus_per_replica == 8
+        backend = create_backend("sim", policy.serve.spec(), policy.sim.model_dump(), 0)
+        replica = backend.start(policy.baseline.config())
+        try:
+            m = replica.replay(ReplaySchedule(requests, mode="closed", concurrency=1, seed=0))
+        finally:
+            replica.stop()
+        assert m.ok.all()
+        itl[world.name] = float(m.itl_s.mean())  # every token gap of the replay
+    assert itl[held_out_worlds()[0].name] > itl[reference.name]
