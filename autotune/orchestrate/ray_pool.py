@@ -65,7 +65,7 @@ from autotune.orchestrate.servers import Servers
 from autotune.orchestrate.signals import signals_held
 from autotune.types import Progress, ServeSpec
 
-__all__ = ["RayPool", "RaySettings", "ReplicaWorker", "open_pool", "uses_ray"]
+__all__ = ["RayPool", "RaySettings", "ReplicaWorker", "cluster_to_join", "open_pool", "uses_ray"]
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +113,18 @@ def uses_ray(s: RaySettings) -> bool:
     """False when the pass runs in this process: one CPU-only replica and no Ray address."""
     cpu_only = _shape(s).gpus == 0
     return not (s.address is None and cpu_only and _replicas_without_cluster(s) == 1)
+
+
+def cluster_to_join(s: RaySettings) -> tuple[str, str] | None:
+    """The cluster a pass with these settings joins, as (address, where it was given:
+    ``--ray-address`` or ``$RAY_ADDRESS``); None when it starts a local Ray or runs without
+    Ray (``$RAY_ADDRESS`` is read only by a pass that runs on Ray, as :func:`connect` does)."""
+    if s.address:
+        return s.address, "--ray-address"
+    env = os.environ.get("RAY_ADDRESS")
+    if env and uses_ray(s):
+        return env, "$RAY_ADDRESS"
+    return None
 
 
 def open_pool(s: RaySettings, backend: Backend, progress: Progress | None = None) -> Pool:
