@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import socket
 import time
@@ -150,6 +151,20 @@ def _death_reason(e: BaseException) -> str:
     if at >= 0:
         cause = text[at:].split(". ", 1)[0].rstrip(".")
     return _short(f"{type(e).__name__}: {first}" + (f"; {cause}" if cause else ""))
+
+
+def _start_failure(e: BaseException) -> str:
+    """Why a replica actor did not start: a node whose Python lacks autotune (the actors import
+    it by name) said so with the fix, anything else as Ray said it."""
+    text = " ".join(str(e).split())
+    if "No module named 'autotune'" not in text:
+        return f"a replica actor failed to start: {_short(text, 1000)}"
+    ip = re.search(r"\bip=([^,\s)]+)", text)
+    node = f" on the node at {ip.group(1)}" if ip else ""
+    return (f"a replica actor failed to start{node}: the Python that runs Ray there cannot "
+            "import autotune (ModuleNotFoundError). Fix: install autotune, the driver's "
+            "version, on every node of the cluster (pip install 'autotune[vllm]', or the "
+            "project's image; docs/ray.md, What each node needs)")
 
 
 def _with_gpus(serve: ServeSpec, gpu_ids: list[str]) -> ServeSpec:
@@ -307,7 +322,7 @@ class RayPool:
                 f"{self.settings.ready_timeout_s:g} s; check that autotune is installed on "
                 "every node (see docs/ray.md) and `ray status`") from e
         except ray.exceptions.RayError as e:
-            raise BackendError(f"a replica actor failed to start: {_short(e, 1000)}") from e
+            raise BackendError(_start_failure(e)) from e
         for slot, info in zip(self._slots, infos, strict=True):
             slot.info = info
 
