@@ -126,6 +126,18 @@ def test_spec_outputs_match_the_baseline_and_a_sampling_server_is_caught(
     assert not trials[0]["metrics"]["output_check"]["flagged"]
     listed = runner.invoke(cli, ["trials", "--db", db, "--run", unfaithful.run_id])
     assert "FLAGGED" in listed.stdout, listed.stdout
+    # the report's "Outputs checked" section shows the flagged trial's check
+    report = tmp_path / "report.html"
+    made = runner.invoke(cli, ["report", "--db", db, "--run", unfaithful.run_id, "-o",
+                               str(report)])
+    assert made.exit_code == 0, made.stderr
+    html = report.read_text()
+    section = html[html.index('<section id="outputs">'):]
+    section = section[:section.index("</section>")]
+    first = check["first_divergence"]
+    for shown in ("FLAGGED", f"{check['identical_share']:.0%} of {PROMPTS} identical",
+                  f"first divergence: prompt {first['prompt']}, token {first['position']}"):
+        assert shown in section, (shown, section)
 
     (w,) = unfaithful.workloads
     rec = w.recommendation
