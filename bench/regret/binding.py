@@ -28,17 +28,22 @@ of how a replica's tail grows with its load:
   as the capacity search reads its first rate (the busiest window of the sped-up sample, one
   reading, the workload's TTFT bound alone: :func:`autotune.orchestrate.capacity.
   replay_at_capacity` with one replay), among the configs that keep up there (TTFT met, the
-  arrivals kept up with, the rate sustained). A p99 read once is uncertain: each reading
-  carries its order-statistic interval (:meth:`autotune.slo.Slo.verdict`), and the bound lies
-  at the geometric midpoint of the shortest tail's upper end (the lowest interval top among
-  those configs) and the throughput-best's lower end. Both verdicts are then decided by one
-  reading, with equal SLO margins (the capacity search's margin is the log of a p99 over its
-  bound): the config with the shortest tail serves the rate and the throughput-best does not.
-  The p99 TTFT bound stays the workload's.
+  arrivals kept up with, the rate sustained): at the geometric midpoint of the lowest p99 ITL
+  and the throughput-best's. The two sides then have equal SLO margins (the capacity search's
+  margin is the log of a p99 over its bound, and its verdict is on the p99 as read), so the
+  config with the shortest tail serves the rate and the throughput-best does not, each by the
+  widest margin one bound can give both. The p99 TTFT bound stays the workload's.
+- **What one reading can tell.** Each at-rate reading keeps its p99's order-statistic interval
+  (:meth:`autotune.slo.Slo.verdict`), and the record the two ends the bound lies between (the
+  lowest interval top, the throughput-best's interval bottom). They are not used to set the
+  bound: at the light rates where the window alone sets the tail (a few dozen requests in the
+  window) the interval spans from the step time to the longest gap (Kimi DSpark, chat-low, at
+  0.073x: 25.6 to 60.2 ms for every window-1 config), wider than any difference between
+  configs; whether the throughput-best serves the rate is read from the oracle's repeated
+  capacity readings under the bound, not from this one reading.
 
-Where the intervals overlap (no bound tells the throughput-best from the shortest tail in one
-reading, including where it has the shortest tail itself), the unit keeps the workload's own
-ITL bound at that rate. A unit where
+Where the throughput-best has the shortest tail at the rate (no bound fails it while another
+config serves the rate), the unit keeps the workload's own ITL bound at that rate. A unit where
 no config meets the workload's SLO at any rate (no rate to set), none keeps up at the rate, or
 none's capacity reading serves the rate under the bound is scored by capacity at any rate and
 counted apart (``out_of_reach``).
@@ -65,9 +70,8 @@ K = TypeVar("K", bound=Hashable)
 
 RULE = ("rate to serve = the median capacity (under the workload's own SLO) of the configs "
         "meeting it at some rate; p99 ITL bound = the geometric midpoint of the lowest p99 ITL "
-        "interval top at that rate, among the configs keeping up there (one capacity-search "
-        "reading at the rate, the workload's TTFT bound), and the throughput-best config's "
-        "interval bottom; none (the workload's own) where they overlap")
+        "at that rate and the throughput-best config's, among the configs keeping up there "
+        "(one capacity-search reading at the rate, the workload's TTFT bound)")
 
 
 class Tail(NamedTuple):
@@ -95,16 +99,15 @@ def rate_to_serve(capacities: Sequence[float]) -> float | None:
 
 def bound(at_rate: Mapping[K, Tail | None], throughput_best: K) -> float | None:
     """The p99 ITL bound (ms) from the configs' p99 ITLs at the rate to serve (``at_rate``:
-    None for a config that does not keep up there): the geometric midpoint of the lowest
-    interval top and the throughput-best's interval bottom. None when no config keeps up, when
-    the throughput-best does not (it fails the rate whatever the bound), or when the two
-    intervals overlap (an interval not read, NaN, overlaps everything)."""
-    kept = [t for t in at_rate.values() if t is not None]
+    None for a config that does not keep up there): the geometric midpoint of the lowest and
+    the throughput-best's. None when no config keeps up, when the throughput-best keeps up with
+    the lowest p99 ITL, or does not keep up at all (it fails the rate whatever the bound)."""
+    kept = [t.p99 for t in at_rate.values() if t is not None]
     mine = at_rate.get(throughput_best)
     if not kept or mine is None:
         return None
-    shortest = min(t.high for t in kept)
-    return math.sqrt(shortest * mine.low) if mine.low > shortest else None
+    lowest = min(kept)
+    return math.sqrt(lowest * mine.p99) if mine.p99 > lowest else None
 
 
 def changed_winner(units: Sequence[Detail]) -> list[str]:
