@@ -161,15 +161,20 @@ def _tune_options(traffic: Path, *, policy_path: Path | None, backend: str,
     overrides = {"budget.trials": budget_trials} if budget_trials else {}
     policy = load_policy(policy_path, overrides)
     backend_options = _endpoint_options(endpoint, backend) if endpoint else {}
-    if ray_address:
-        # A cluster that is not there, or refuses this machine's token, stops the command
-        # here, before the database is created or written.
-        from autotune.orchestrate.ray_join import check_cluster
+    options = TuneOptions(traffic=traffic, policy=policy, backend=backend,
+                          backend_options=backend_options, seed=seed, skip_invalid=skip_invalid,
+                          export_dir=export_dir, replicas=replicas, ray_address=ray_address)
+    # A cluster the pass would join (--ray-address, or $RAY_ADDRESS when it runs on Ray) that is
+    # not there, or refuses this machine's token, stops the command here, before the database
+    # is created or written.
+    from autotune.orchestrate.ray_join import check_cluster
+    from autotune.orchestrate.ray_pool import cluster_to_join
+    from autotune.orchestrate.tuning import ray_settings
 
-        check_cluster(ray_address, "--ray-address")
-    return TuneOptions(traffic=traffic, policy=policy, backend=backend,
-                       backend_options=backend_options, seed=seed, skip_invalid=skip_invalid,
-                       export_dir=export_dir, replicas=replicas, ray_address=ray_address)
+    joining = cluster_to_join(ray_settings(options))
+    if joining is not None:
+        check_cluster(*joining)
+    return options
 
 
 # -------------------------------------------------------------------------------- traffic

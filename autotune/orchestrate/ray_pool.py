@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import socket
 import time
@@ -65,7 +66,7 @@ from autotune.orchestrate.servers import Servers
 from autotune.orchestrate.signals import signals_held
 from autotune.types import Progress, ServeSpec
 
-__all__ = ["RayPool", "RaySettings", "ReplicaWorker", "open_pool", "uses_ray"]
+__all__ = ["RayPool", "RaySettings", "ReplicaWorker", "cluster_to_join", "open_pool", "uses_ray"]
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +116,18 @@ def uses_ray(s: RaySettings) -> bool:
     return not (s.address is None and cpu_only and _replicas_without_cluster(s) == 1)
 
 
+def cluster_to_join(s: RaySettings) -> tuple[str, str] | None:
+    """The cluster a pass with these settings joins, as (address, where it was given:
+    ``--ray-address`` or ``$RAY_ADDRESS``); None when it starts a local Ray or runs without
+    Ray (``$RAY_ADDRESS`` is read only by a pass that runs on Ray, as :func:`connect` does)."""
+    if s.address:
+        return s.address, "--ray-address"
+    env = os.environ.get("RAY_ADDRESS")
+    if env and uses_ray(s):
+        return env, "$RAY_ADDRESS"
+    return None
+
+
 def open_pool(s: RaySettings, backend: Backend, progress: Progress | None = None) -> Pool:
     """The pool a pass runs on: a SerialPool on ``backend`` when Ray is not needed (see
     :func:`uses_ray`), else a :class:`RayPool` (whose actors build their own backends)."""
@@ -138,6 +151,20 @@ def _death_reason(e: BaseException) -> str:
     if at >= 0:
         cause = text[at:].split(". ", 1)[0].rstrip(".")
     return _short(f"{type(e).__name__}: {first}" + (f"; {cause}" if cause else ""))
+
+
+def _start_failure(e: BaseException) -> str:
+    """Why a replica actor did not start: a node whose Python lacks autotune (the actors import
+    it by name) said so with the fix, anything else as Ray said it."""
+    text = " ".join(str(e).split())
+    if "No module named 'autotune'" not in text:
+        return f"a replica actor failed to start: {_short(text, 1000)}"
+    ip = re.search(r"\bip=([^,\s)]+)", text)
+    node = f" on the node at {ip.group(1)}" if ip else ""
+    return (f"a replica actor failed to start{node}: the Python that runs Ray there cannot "
+            "import autotune (ModuleNotFoundError). Fix: install autotune, the driver's "
+            "version, on every node of the cluster (pip install 'autotune[vllm]', or the "
+            "project's image; docs/ray.md, What each node needs)")
 
 
 def _with_gpus(serve: ServeSpec, gpu_ids: list[str]) -> ServeSpec:
@@ -295,7 +322,7 @@ class RayPool:
                 f"{self.settings.ready_timeout_s:g} s; check that autotune is installed on "
                 "every node (see docs/ray.md) and `ray status`") from e
         except ray.exceptions.RayError as e:
-            raise BackendError(f"a replica actor failed to start: {_short(e, 1000)}") from e
+            raise BackendError(_start_failure(e)) from e
         for slot, info in zip(self._slots, infos, strict=True):
             slot.info = info
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune.backends import Backend, create_backend, decodes_tokens
 from autotune.cost import pass_cost
@@ -41,8 +41,11 @@ from autotune.recommend.outputs import unchecked_reason
 from autotune.store import Store
 from autotune.traffic.load import SampleWorkloads, WorkloadTraffic
 
+if TYPE_CHECKING:
+    from autotune.orchestrate.ray_pool import RaySettings
+
 __all__ = ["Reporter", "TuneOptions", "TuneResult", "WorkloadResult", "check_output_subset",
-           "load_traffic", "tune"]
+           "load_traffic", "ray_settings", "tune"]
 
 log = logging.getLogger(__name__)
 
@@ -204,18 +207,24 @@ def _finished(w: WorkloadSearch, budget_stop: str | None) -> WorkloadTrials:
     return WorkloadTrials(w.name, w.requests, list(w.scored), w.incumbent, why)
 
 
+def ray_settings(options: TuneOptions) -> RaySettings:
+    """How the pass's replicas run (:mod:`~autotune.orchestrate.ray_pool`)."""
+    from autotune.orchestrate.ray_pool import RaySettings
+
+    return RaySettings(
+        kind=options.backend, serve=options.policy.serve.spec(),
+        backend_options=options.merged_backend_options(), seed=options.seed,
+        replicas=options.replicas, address=options.ray_address,
+        sim_reserves_gpus=options.policy.sim.reserve_gpus,
+        max_retries=options.policy.budget.max_retries)
+
+
 def _default_pool(options: TuneOptions) -> PoolFactory:
     """SerialPool for one sim replica without a Ray address, else the Ray replica pool."""
     def make(backend: Backend, rep: Reporter) -> Pool:
-        from autotune.orchestrate.ray_pool import RaySettings, open_pool
+        from autotune.orchestrate.ray_pool import open_pool
 
-        settings = RaySettings(
-            kind=options.backend, serve=options.policy.serve.spec(),
-            backend_options=options.merged_backend_options(), seed=options.seed,
-            replicas=options.replicas, address=options.ray_address,
-            sim_reserves_gpus=options.policy.sim.reserve_gpus,
-            max_retries=options.policy.budget.max_retries)
-        return open_pool(settings, backend, progress=rep.replay_progress)
+        return open_pool(ray_settings(options), backend, progress=rep.replay_progress)
     return make
 
 

@@ -78,8 +78,9 @@ def plan_chart(data: ReportData) -> Chart | None:
     lines += [f"{w.workload} left out: {w.left_out}." for w in plan.workloads if w.left_out]
     caption = (" ".join(lines) + f" GPUs ({s.gpus_per_replica} per replica, headroom "
                f"{s.headroom:.0%}) against the traffic rate: each line is the count at the "
-               "rate a replica was measured to meet the SLO at, the band reaches the count at "
-               "the rate it missed (a count inside the band flips inside the capacity "
-               "interval); dotted lines are the rates planned for, × each growth factor.")
+               "rate one replica was measured to sustain within the SLO (req/s on the busiest "
+               "slice it replayed), the band reaches the count at the rate it missed (a "
+               "count inside the band flips inside the capacity interval); dotted lines are "
+               "the rates planned for, × each growth factor.")
     return Chart("plan", "Capacity plan: GPUs against traffic, recommended vs baseline, split "
                          "vs shared", caption, fig)

@@ -30,9 +30,17 @@ of how a replica's tail grows with its load:
   replay_at_capacity` with one replay), among the configs that keep up there (TTFT met, the
   arrivals kept up with, the rate sustained): at the geometric midpoint of the lowest p99 ITL
   and the throughput-best's. The two sides then have equal SLO margins (the capacity search's
-  margin is the log of a p99 over its bound), so the config with the shortest tail serves the
-  rate and the throughput-best does not, each by the widest margin one bound can give both.
-  The p99 TTFT bound stays the workload's.
+  margin is the log of a p99 over its bound, and its verdict is on the p99 as read), so the
+  config with the shortest tail serves the rate and the throughput-best does not, each by the
+  widest margin one bound can give both. The p99 TTFT bound stays the workload's.
+- **What one reading can tell.** Each at-rate reading keeps its p99's order-statistic interval
+  (:meth:`autotune.slo.Slo.verdict`), and the record the two ends the bound lies between (the
+  lowest interval top, the throughput-best's interval bottom). They are not used to set the
+  bound: at the light rates where the window alone sets the tail (a few dozen requests in the
+  window) the interval spans from the step time to the longest gap (Kimi DSpark, chat-low, at
+  0.073x: 25.6 to 60.2 ms for every window-1 config), wider than any difference between
+  configs; whether the throughput-best serves the rate is read from the oracle's repeated
+  capacity readings under the bound, not from this one reading.
 
 Where the throughput-best has the shortest tail at the rate (no bound fails it while another
 config serves the rate), the unit keeps the workload's own ITL bound at that rate. A unit where
@@ -52,7 +60,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Hashable, Mapping, Sequence
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from bench.regret.reading import Reading
 from bench.regret.records import BindingCount, BindingRecord, Detail
@@ -64,6 +72,14 @@ RULE = ("rate to serve = the median capacity (under the workload's own SLO) of t
         "meeting it at some rate; p99 ITL bound = the geometric midpoint of the lowest p99 ITL "
         "at that rate and the throughput-best config's, among the configs keeping up there "
         "(one capacity-search reading at the rate, the workload's TTFT bound)")
+
+
+class Tail(NamedTuple):
+    """A config's p99 ITL (ms) at the rate to serve, with its order-statistic interval."""
+
+    p99: float
+    low: float
+    high: float
 
 
 def capacity(readings: Sequence[Reading]) -> float:
@@ -81,17 +97,17 @@ def rate_to_serve(capacities: Sequence[float]) -> float | None:
     return float(statistics.median(positive)) if positive else None
 
 
-def bound(at_rate: Mapping[K, float | None], throughput_best: K) -> float | None:
+def bound(at_rate: Mapping[K, Tail | None], throughput_best: K) -> float | None:
     """The p99 ITL bound (ms) from the configs' p99 ITLs at the rate to serve (``at_rate``:
     None for a config that does not keep up there): the geometric midpoint of the lowest and
-    the throughput-best's. None when no config keeps up, or when the throughput-best keeps up
-    with the lowest p99 ITL, or does not keep up at all (no bound is needed to fail it)."""
-    kept = [itl for itl in at_rate.values() if itl is not None]
+    the throughput-best's. None when no config keeps up, when the throughput-best keeps up with
+    the lowest p99 ITL, or does not keep up at all (it fails the rate whatever the bound)."""
+    kept = [t.p99 for t in at_rate.values() if t is not None]
     mine = at_rate.get(throughput_best)
     if not kept or mine is None:
         return None
     lowest = min(kept)
-    return math.sqrt(lowest * mine) if mine > lowest else None
+    return math.sqrt(lowest * mine.p99) if mine.p99 > lowest else None
 
 
 def changed_winner(units: Sequence[Detail]) -> list[str]:
@@ -122,20 +138,24 @@ def count(units: Sequence[Detail]) -> BindingCount:
 
 
 def record(world: str, rate: float | None, itl_bound: float | None,
-           at_rate: Mapping[str, float | None], throughput_best: str, serves: bool,
+           at_rate: Mapping[str, Tail | None], throughput_best: str, serves: bool,
            reachable: bool = True) -> BindingRecord:
     """A unit's binding record: ``rate`` (× the sample's rate; None: out of reach), the bound
     (None: the workload's own), the p99 ITLs at the rate (by config, None: not keeping up), the
     throughput-best config and whether it serves the rate within the binding SLO."""
-    kept = [v for v in at_rate.values() if v is not None]
+    kept = [t for t in at_rate.values() if t is not None]
     mine = at_rate.get(throughput_best)
     return {"world": world, "rule": RULE,
             "rate_to_serve": None if rate is None else round(rate, 6),
             "itl_p99_ms": None if itl_bound is None else round(itl_bound, 3),
             "configs_keeping_up": len(kept), "configs": len(at_rate),
-            "itl_p99_at_rate_best_ms": round(min(kept), 3) if kept else None,
-            "itl_p99_at_rate_median_ms": (round(float(statistics.median(kept)), 3) if kept
-                                          else None),
-            "itl_p99_at_rate_throughput_best_ms": None if mine is None else round(mine, 3),
+            "itl_p99_at_rate_best_ms": round(min(t.p99 for t in kept), 3) if kept else None,
+            "itl_p99_at_rate_median_ms": (round(float(statistics.median(t.p99 for t in kept)),
+                                                3) if kept else None),
+            "itl_p99_at_rate_throughput_best_ms": None if mine is None else round(mine.p99, 3),
+            "itl_p99_interval_shortest_top_ms": (round(min(t.high for t in kept), 3) if kept
+                                                 else None),
+            "itl_p99_interval_throughput_best_bottom_ms": (None if mine is None
+                                                           else round(mine.low, 3)),
             "throughput_best": throughput_best, "throughput_best_serves": serves,
             "reachable": reachable}

@@ -75,11 +75,13 @@ class BindingRecord(TypedDict):
     (``rate_to_serve``, × the sample's rate; None: no config meets the workload's SLO at any
     rate, so the unit kept its own rate and SLO), the p99 ITL bound (None: the workload's own)
     and the configs' p99 ITLs at the rate it was set from (the lowest, the median, the
-    throughput-best's), how many configs kept up there, and the throughput-best config (the
-    oracle under the workload's own SLO, by capacity at any rate) with whether it serves the
-    rate within the binding SLO. ``reachable`` False: no config's capacity reading served the
-    rate under the bound, so the unit was scored by capacity at any rate. Records made before
-    the rate was set lack ``rate_to_serve`` and the throughput-best's p99 ITL."""
+    throughput-best's; the interval ends the bound lies between: the lowest interval top and
+    the throughput-best's interval bottom), how many configs kept up there, and the
+    throughput-best config (the oracle under the workload's own SLO, by capacity at any rate)
+    with whether it serves the rate within the binding SLO. ``reachable`` False: no config's
+    capacity reading served the rate under the bound, so the unit was scored by capacity at any
+    rate. Records made before the rate was set lack ``rate_to_serve``, the throughput-best's
+    p99 ITL and the interval ends."""
 
     world: str
     rule: str
@@ -90,6 +92,8 @@ class BindingRecord(TypedDict):
     itl_p99_at_rate_best_ms: float | None
     itl_p99_at_rate_median_ms: float | None
     itl_p99_at_rate_throughput_best_ms: NotRequired[float | None]
+    itl_p99_interval_shortest_top_ms: NotRequired[float | None]
+    itl_p99_interval_throughput_best_bottom_ms: NotRequired[float | None]
     throughput_best: str
     throughput_best_serves: bool
     reachable: NotRequired[bool]

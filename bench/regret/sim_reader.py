@@ -10,11 +10,13 @@ workloads' SLOs were written for is held to them in its own time (:func:`dilatio
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bench.regret.binding import Tail
 from bench.regret.oracle import Table, build_table
 from bench.regret.reading import COST_KEYED, Reading, ReadingCache, reading_cost
 from bench.regret.records import Json
@@ -90,6 +92,11 @@ def one_at_a_time(backend: Backend, config: TrialConfig, wl: Workload) -> Measur
 
     return _replay(backend, config, ReplaySchedule(wl.requests, mode="closed", concurrency=1,
                                                    seed=0))
+
+
+def _number(value: Json) -> float:
+    """A JSON number as a float (NaN for anything else, as a missing interval end)."""
+    return float(value) if isinstance(value, int | float) else math.nan
 
 
 def first_reading(backend: Backend, config: TrialConfig, policy: Policy,
@@ -223,20 +230,23 @@ class SimReader:
         config's capacity reading serves it."""
         return self.rate is not None and self.reachable
 
-    def at_rate(self, config: TrialConfig) -> float | None:
-        """``config``'s p99 ITL (ms) at the rate to serve, read as a capacity search reads its
-        first rate (:func:`first_reading`) under the workload's TTFT bound alone; None when it
-        does not keep up there (TTFT missed, arrivals fallen behind, or not sustained).
-        Measured once and cached."""
+    def at_rate(self, config: TrialConfig) -> Tail | None:
+        """``config``'s p99 ITL (ms) at the rate to serve with its order-statistic interval,
+        read as a capacity search reads its first rate (:func:`first_reading`) under the
+        workload's TTFT bound alone; None when it does not keep up there (TTFT missed, arrivals
+        fallen behind, or not sustained). Measured once and cached."""
+        from autotune.slo import Slo
+
         def measure() -> Reading:
             m = first_reading(self.backend, config, self.policy, self.wl)
             met = m.extra.get("capacity_met_slo") == 1.0
-            return Reading(m.slo_check(Slo()).itl_p99_ms, met, {}, {})
+            ends: dict[str, Json] = {k: m.extra.get(k, math.nan)
+                                     for k in ("itl_p99_low_ms", "itl_p99_high_ms")}
+            return Reading(m.slo_check(Slo()).itl_p99_ms, met, {}, ends)
 
-        from autotune.slo import Slo
-
-        r = self.cache.read(f"{self.key}|{config.short()}|at-rate", measure)[0]
-        return r.value if r.feasible else None
+        r = self.cache.read(f"{self.key}|{config.short()}|at-rate-interval", measure)[0]
+        low, high = (r.summary.get(k) for k in ("itl_p99_low_ms", "itl_p99_high_ms"))
+        return (Tail(r.value, _number(low), _number(high)) if r.feasible else None)
 
     def search_policy(self, strategy: str, budget: int) -> Policy:
         """The policy a method searches with (``strategy``, ``budget`` trials)."""

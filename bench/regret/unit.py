@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from bench.regret.binding import bound, capacity, rate_to_serve, record
+from bench.regret.binding import Tail, bound, capacity, rate_to_serve, record
 from bench.regret.economy import gpu_h_to, no_rate_trials, trial_gpu_h, within_budget
 from bench.regret.engine_reader import EngineReader
 from bench.regret.methods import Trials, race, recommended, run_grid, run_searcher, runs_to
@@ -67,7 +67,7 @@ def _binding(reader: SimReader, settings: Settings, t0: float) -> UnitResult:
     throughput_best, _ = own.oracle()
     rate = rate_to_serve([capacity(own.readings[c]) for c in own.readings
                           if own.meets_somewhere(c)])
-    at: dict[str, float | None] = {}
+    at: dict[str, Tail | None] = {}
     itl = None
     if rate is not None:
         reader.serve_at(rate)
@@ -100,8 +100,13 @@ def _binding_line(b: BindingRecord) -> str:
     itl = (f"p99 ITL bound {b['itl_p99_ms']:.1f} ms" if b["itl_p99_ms"] is not None
            else "the workload's own p99 ITL bound")
     mine = b.get("itl_p99_at_rate_throughput_best_ms")
-    return (head + f" (p99 ITL lowest {b['itl_p99_at_rate_best_ms']:.1f} ms, throughput-best "
-            + (f"{mine:.1f} ms" if mine is not None else "falls behind")
+    top = b.get("itl_p99_interval_shortest_top_ms")
+    bottom = b.get("itl_p99_interval_throughput_best_bottom_ms")
+    return (head + f" (p99 ITL lowest {b['itl_p99_at_rate_best_ms']:.1f} ms, interval top "
+            f"{top if top is not None else math.nan:.1f}; throughput-best "
+            + (f"{mine:.1f} ms, interval bottom "
+               f"{bottom if bottom is not None else math.nan:.1f}" if mine is not None
+               else "falls behind")
             + f"); {itl}; throughput-best {b['throughput_best']} "
             + ("serves" if b["throughput_best_serves"] else "FAILS") + " the rate"
             + ("" if b.get("reachable", True) else "; no config's capacity reading serves "

@@ -9,7 +9,15 @@ import math
 import pytest
 
 from autotune.cost import TrialCost
-from bench.regret.binding import RULE, bound, capacity, changed_winner, rate_to_serve, record
+from bench.regret.binding import (
+    RULE,
+    Tail,
+    bound,
+    capacity,
+    changed_winner,
+    rate_to_serve,
+    record,
+)
 from bench.regret.economy import gpu_h_to, no_rate_trials, trial_gpu_h, within_budget
 from bench.regret.oracle import Table
 from bench.regret.reading import Reading
@@ -132,9 +140,10 @@ def test_the_rate_to_serve_is_the_median_capacity_of_the_configs_meeting_the_slo
 def test_the_bound_splits_the_shortest_tail_and_the_throughput_bests_by_equal_margins() -> None:
     """At the rate to serve: the geometric midpoint of the lowest p99 ITL of the configs that
     keep up there (None: falls behind, however short its ITL) and the throughput-best's."""
-    at_rate = {"short": 40.0, "best": 90.0, "mid": 60.0, "behind": None}
+    at_rate = {"short": Tail(40.0, 36.0, 45.0), "best": Tail(90.0, 80.0, 99.0),
+               "mid": Tail(60.0, 50.0, 70.0), "behind": None}
     itl = bound(at_rate, "best")
-    assert itl is not None and itl == pytest.approx(60.0)
+    assert itl is not None and itl == pytest.approx(60.0)  # sqrt(40 x 90)
     assert math.log(itl / 40.0) == pytest.approx(math.log(90.0 / itl))
     assert bound(at_rate, "short") is None    # it has the shortest tail: no bound fails it alone
     assert bound(at_rate, "behind") is None   # it fails the rate whatever the ITL bound
@@ -143,11 +152,11 @@ def test_the_bound_splits_the_shortest_tail_and_the_throughput_bests_by_equal_ma
 
 def test_the_units_where_the_slo_changes_the_winner_are_counted_per_world() -> None:
     def bound_unit(workload: str, serves: bool, rate: float | None = 0.5,
-                   at: dict[str, float | None] | None = None, reachable: bool = True,
+                   at: dict[str, Tail | None] | None = None, reachable: bool = True,
                    world: str = "w/d") -> Detail:
         unit = _unit([_row(0.0, 1.0, 0.0, 1.0, 0)], [_row(0.0, 1.0, 0.0, 1.0, 0)])
         unit["workload"] = workload
-        at = {"t": 90.0, "s": 40.0} if at is None else at
+        at = {"t": Tail(90.0, 80.0, 99.0), "s": Tail(40.0, 36.0, 45.0)} if at is None else at
         unit["binding"] = record(world, rate, bound(at, "t"), at, "t", serves, reachable)
         return unit
 
@@ -157,7 +166,8 @@ def test_the_units_where_the_slo_changes_the_winner_are_counted_per_world() -> N
              bound_unit("mixed", False, None, {}, world="v/d"),
              bound_unit("long", False, 0.5, {"t": None}, world="v/d"),
              bound_unit("batch", False, reachable=False, world="v/d")]
-    assert units[0]["binding"]["itl_p99_ms"] == pytest.approx(60.0)
+    assert units[0]["binding"]["itl_p99_ms"] == pytest.approx(math.sqrt(40.0 * 90.0))
+    assert units[0]["binding"].get("itl_p99_interval_shortest_top_ms") == 45.0
     assert units[0]["binding"]["itl_p99_at_rate_throughput_best_ms"] == 90.0
     assert changed_winner(units) == ["w/d chat", "w/d math"]
     res = result({"w/d": units[:3], "v/d": units[3:]},

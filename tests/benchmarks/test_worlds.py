@@ -48,3 +48,28 @@ def test_the_held_out_world_serves_requests_on_its_own_hardware() -> None:
         assert m.ok.all()
         itl[world.name] = float(m.itl_s.mean())  # every token gap of the replay
     assert itl[held_out_worlds()[0].name] > itl[reference.name]
+
+
+def test_a_binding_unit_serves_its_rate_by_slower_arrivals_and_keys_its_readings_apart() -> None:
+    """The rate to serve, × the sample's, slows (or speeds) the arrivals so autotune reads it as
+    1 × the new sample's; the bound replaces the ITL bound alone; each step keys the readings
+    anew, so none is shared with the unit under its own SLO."""
+    from autotune.backends.sim import generate_requests
+    from bench.regret.settings import SMALL_SPACE, Settings
+    from bench.regret.sim_reader import SimReader
+    from bench.regret.workloads import Workload
+
+    requests = list(generate_requests(4, workload="chat", seed=0, prompt_tokens=[512] * 4,
+                                      output_tokens=[64] * 4, arrivals=[0.0, 1.0, 2.0, 4.0]))
+    world = next(w for w in sim_worlds() if w.name == "kimi-k2.6@8xH200-tp8/dspark")
+    reader = SimReader(world, Workload("few", requests, (3000.0, 60.0), ""),
+                       Settings(space=SMALL_SPACE))
+    own = reader.key
+    reader.serve_at(0.5)
+    assert [r.arrival_s for r in reader.wl.requests] == [0.0, 2.0, 4.0, 8.0]
+    assert reader.key == own + "|rate 0.5" and reader.rate == 0.5
+    reader.hold_to(42.0)
+    assert reader.wl.slo == (3000.0, 42.0)
+    assert reader.policy.objective.slo.itl_p99_ms == 42.0
+    assert reader.policy.objective.slo.ttft_p99_ms == 3000.0
+    assert reader.key == own + "|rate 0.5|binding 42" and reader.bound

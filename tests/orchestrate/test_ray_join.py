@@ -235,3 +235,30 @@ def test_an_address_from_the_environment_is_named_as_such(monkeypatch: pytest.Mo
     with pytest.raises(ConfigError, match=r"^127\.0\.0\.1:\d+ \(\$RAY_ADDRESS\): nothing "
                        r"answers there .* or unset RAY_ADDRESS to run a local Ray$"):
         connect(None, 1)
+
+
+def test_a_ray_address_from_the_environment_is_checked_before_anything_is_written(
+        monkeypatch: pytest.MonkeyPatch, small_sample: Path, tmp_path: Path) -> None:
+    """``$RAY_ADDRESS`` (as ``ray job submit`` sets it) is the cluster a pass on Ray joins: one
+    where nothing answers stops ``start`` before the database is created, as --ray-address
+    does; a pass that runs without Ray (one sim replica) does not read it."""
+    from click.testing import CliRunner
+
+    from autotune.cli import cli
+
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{_free_port()}")
+    db_file, exports = tmp_path / "autotune.db", tmp_path / "exports"
+    argv = ["start", "--traffic", str(small_sample), "--once", "--budget-trials", "1",
+            "--db", f"sqlite:///{db_file}", "--export-dir", str(exports)]
+    res = CliRunner().invoke(cli, [*argv, "--replicas", "2"])
+    assert res.exit_code == 2 and res.stdout == ""
+    (line,) = res.stderr.splitlines()
+    assert line.startswith(f"error: {os.environ['RAY_ADDRESS']} ($RAY_ADDRESS): nothing "
+                           "answers there") and line.endswith("or unset RAY_ADDRESS to run a "
+                                                              "local Ray"), line
+    assert not db_file.exists() and not exports.exists()
+
+    res = CliRunner().invoke(cli, [*argv, "--replicas", "1"])
+    assert res.exit_code == 0, res.stderr
+    runs = Store.open(f"sqlite:///{db_file}").runs()
+    assert [r.status for r in runs] == ["finished"]

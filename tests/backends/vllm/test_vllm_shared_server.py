@@ -3,8 +3,8 @@
 One server (target plus a draft with the same weights, K=3) is shared by this module's tests
 that only replay (a start costs 20-50 s here): a draft with the target's own weights must be
 accepted at every position; attach mode measures that same running server without restarting
-it; and the backend conformance suite runs its replay checks on it (its start/stop checks and a
-server without speculation start their own). A draft with other random weights, on its own
+it; and the backend conformance suite runs its start and replay checks on it (its stop check and
+a server without speculation start their own). A draft with other random weights, on its own
 server, is almost never accepted. The shared server stops when this module ends.
 """
 
