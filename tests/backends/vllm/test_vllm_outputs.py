@@ -130,7 +130,7 @@ def test_spec_outputs_match_the_baseline_and_a_sampling_server_is_caught(
     assert "FLAGGED" in listed.stdout, listed.stdout
     # the report's "Outputs checked" section shows the flagged trial's check
     report = tmp_path / "report.html"
-    made = runner.invoke(cli, ["report", "--db", db, "--run", unfaithful.run_id, "-o",
+    made = runner.invoke(cli, ["report", "--db", db, "--run", result.run_id, "-o",
                                str(report)])
     assert made.exit_code == 0, made.stderr
     html = report.read_text()
