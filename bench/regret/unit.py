@@ -76,7 +76,7 @@ def _binding(reader: SimReader, settings: Settings, t0: float) -> UnitResult:
         if itl is not None:
             reader.hold_to(itl)
     if rate is None or not any(v is not None for v in at.values()):
-        reader.reachable = False  # out of reach: scored under the workload's own SLO and rate
+        reader.reachable = False  # out of reach: scored by capacity at any rate
     table = reader.tables(1)[0]
     if reader.bound and not any(table.mostly_feasible(c) for c in table.readings):
         reader.reachable = False  # no capacity reading serves the rate: capacity at any rate
@@ -96,7 +96,7 @@ def _binding_line(b: BindingRecord) -> str:
     head = (f"  binding: rate to serve {b['rate_to_serve']:.3g}x the sample's; "
             f"{b['configs_keeping_up']} of {b['configs']} configs keep up there")
     if not b["configs_keeping_up"]:
-        return head + ": out of reach, the workload's own SLO and rate kept"
+        return head + ": out of reach, scored by capacity at any rate"
     itl = (f"p99 ITL bound {b['itl_p99_ms']:.1f} ms" if b["itl_p99_ms"] is not None
            else "the workload's own p99 ITL bound")
     mine = b.get("itl_p99_at_rate_throughput_best_ms")
