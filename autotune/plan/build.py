@@ -131,6 +131,7 @@ class Plan:
     settings: PlanSettings
     workloads: tuple[WorkloadPlan, ...]
     shared: SplitOrShared | None
+    shared_note: str = ""  # why split or shared was not measured (when ``shared`` is None)
 
     @property
     def planned(self) -> list[WorkloadPlan]:
@@ -193,7 +194,8 @@ class Plan:
                 "totals": [{"growth": k, **self.totals(i)}
                            for i, k in enumerate(self.settings.growth)],
                 "workloads": [w.as_dict() for w in self.workloads],
-                "split_or_shared": self.shared.as_dict() if self.shared else None}
+                "split_or_shared": self.shared.as_dict() if self.shared else None,
+                "split_or_shared_note": None if self.shared else self.shared_note or None}
 
 
 def _plan_workload(w: WorkloadInput, settings: PlanSettings) -> WorkloadPlan:
@@ -240,13 +242,16 @@ def _shared(workloads: Sequence[WorkloadInput], plans: Sequence[WorkloadPlan],
 
 
 def build_plan(workloads: Sequence[WorkloadInput], shared: Sequence[SharedInput],
-               settings: PlanSettings, *, run_id: str, backend: str) -> Plan:
-    """The plan (see module doc). PlanError for a bad setting, a peak window longer than a
-    workload's sample, or no workload the plan can size."""
+               settings: PlanSettings, *, run_id: str, backend: str,
+               shared_note: str = "") -> Plan:
+    """The plan (see module doc); ``shared_note``: why no shared config was read, when none
+    was. PlanError for a bad setting, a peak window longer than a workload's sample, or no
+    workload the plan can size."""
     check_settings(settings)
     plans = tuple(_plan_workload(w, settings) for w in sorted(workloads, key=lambda w: w.name))
     if not any(p.planned for p in plans):
         why = "; ".join(f"{p.workload}: {p.left_out}" for p in plans) or "no workload measured"
         raise PlanError(f"run {run_id} has no workload a plan can size ({why}); tune with a "
                         "trace-mode policy whose SLO some config meets, then plan again")
-    return Plan(run_id, backend, settings, plans, _shared(workloads, plans, shared, settings))
+    return Plan(run_id, backend, settings, plans, _shared(workloads, plans, shared, settings),
+                shared_note)

@@ -98,6 +98,22 @@ def shared_inputs(readings: Sequence[Mapping[str, Any]], rate: float) -> list[Sh
     return out
 
 
+def _why_not_shared(policy: Policy, workloads: int, budget_stop: object) -> str:
+    """Why a run read no mixed sample (the conditions of
+    :func:`autotune.orchestrate.mixed.measure_mixed`, and a budget that ended the pass first)."""
+    if workloads < 2:
+        return "a single workload: nothing to share"
+    if not policy.plan.measure_shared:
+        return "plan.measure_shared is false"
+    if policy.replay.mode != "trace" or not policy.replay.find_capacity:
+        return "the pass read no capacities (replay.mode closed or replay.find_capacity false)"
+    if budget_stop:
+        return (f"the pass's budget ended it before the mixed sample was read ({budget_stop}); "
+                "give the pass more budget (budget.gpu_hours, budget.wall_clock) or fewer "
+                "trials (budget.trials) to leave room for it")
+    return "the pass read no mixed sample (it stopped before its last stage)"
+
+
 def plan_for_run(store: Store, run_id: str, *, headroom: float | None = None,
                  growth: Sequence[float] | None = None,
                  peak_window_s: float | None = None) -> Plan:
@@ -120,6 +136,8 @@ def plan_for_run(store: Store, run_id: str, *, headroom: float | None = None,
                  for name, times in sorted(arrivals.items())]
     mixed = [a for times in arrivals.values() for a in times]
     shared = shared_inputs(stored.shared, sample_rate(mixed)) if stored else []
+    note = "" if shared else _why_not_shared(policy, len(workloads),
+                                              (run.options or {}).get("budget_stop"))
     return build_plan(workloads, shared, plan_settings(policy, headroom=headroom, growth=growth,
                                                        peak_window_s=peak_window_s),
-                      run_id=run_id, backend=run.backend)
+                      run_id=run_id, backend=run.backend, shared_note=note)

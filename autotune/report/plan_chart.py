@@ -75,6 +75,8 @@ def plan_chart(data: ReportData) -> Chart | None:
     lines += [f"Rate planned for: {n}." for n in notes]
     if plan.shared is not None:
         lines += [f"At ×{r.growth:g}: {r.verdict}." for r in plan.shared.rows]
+    elif plan.shared_note:
+        lines.append(f"Split or shared not measured: {plan.shared_note}.")
     lines += [f"{w.workload} left out: {w.left_out}." for w in plan.workloads if w.left_out]
     caption = (" ".join(lines) + f" GPUs ({s.gpus_per_replica} per replica, headroom "
                f"{s.headroom:.0%}) against the traffic rate: each line is the count at the "

@@ -92,8 +92,7 @@ def plan_notes(plan: Plan) -> list[str]:
         if plan.shared.note:
             lines.append(plan.shared.note)
     else:
-        lines.append("split or shared: not measured (a single workload, or the pass read no "
-                     "mixed sample: plan.measure_shared)")
+        lines.append(f"split or shared: not measured: {plan.shared_note or 'no mixed sample'}")
     for w in plan.workloads:
         if w.left_out:
             lines.append(f"{w.workload}: left out: {w.left_out}")

@@ -21,10 +21,13 @@ def run(*args: str | Path) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
-def quick_pass(tmp: Path, backend_args: tuple[str, ...] = ()) -> tuple[str, str]:
-    """One quick pass over examples/small.jsonl into a database under ``tmp``: (URL, run id)."""
+def quick_pass(tmp: Path, backend_args: tuple[str, ...] = (),
+               budget: dict[str, object] | None = None) -> tuple[str, str]:
+    """One quick pass over examples/small.jsonl into a database under ``tmp``: (URL, run id);
+    ``budget``: policy budget keys to set besides ``trials`` (2)."""
     data = yaml.safe_load(DEFAULT_POLICY_PATH.read_text())
     data["budget"]["trials"] = 2
+    data["budget"].update(budget or {})
     data["replay"]["max_requests"] = REPLAYED
     data["replay"]["warmup_requests"] = 4
     policy = tmp / "quick.yaml"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from plan_run import REPLAYED, SAMPLE, run
+from plan_run import REPLAYED, SAMPLE, quick_pass, run, stored_plan
 
 from autotune.policy import DEFAULT_POLICY_PATH
 from autotune.store import Store
@@ -109,3 +109,16 @@ def test_a_policy_peak_window_longer_than_the_sample_stops_start_before_writing(
     assert code == 2 and "plan.peak_window 1h is longer than the sample" in err
     assert "Traceback" not in err and out == "" and not db.exists()
     assert not (tmp_path / "ex").exists()
+
+
+def test_a_pass_the_budget_ended_says_why_split_or_shared_was_not_measured(
+        tmp_path: Path) -> None:
+    # 4 GPU-hours hold the three baselines (a server start of 8 GPUs is 1.07 GPU-h) and no more:
+    # the budget ends the pass before its last stage reads the mixed sample
+    db, run_id = quick_pass(tmp_path, budget={"gpu_hours": 4})
+    plan = stored_plan(db, run_id)
+    assert plan.shared is None and plan.shared_note.startswith("the pass's budget ended it")
+    assert "budget.gpu_hours" in plan.shared_note
+    assert plan.as_dict()["split_or_shared_note"] == plan.shared_note
+    code, out, _ = run("plan", "--run", run_id, "--db", db)
+    assert code == 0 and "split or shared: not measured: the pass's budget ended it" in out
