@@ -357,11 +357,15 @@ class RayPool:
                     ray.shutdown()
                 _reap(local)
             else:  # the cluster outlives the pool: free what it holds, then disconnect
+                # the handles are held until the kills are sent, so that no actor is first
+                # freed by its last reference going away instead
+                handles = [slot.actor for slot in self._slots]
                 for slot in self._slots:
                     self._kill(slot)
                 release([slot.group for slot in self._slots])
                 if self.owns_ray and ray.is_initialized():
                     ray.shutdown()
+                del handles
         self._slots = []
         self._queue.clear()
         self._inflight.clear()
