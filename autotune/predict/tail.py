@@ -308,8 +308,10 @@ class _Basis:
     @classmethod
     def of(cls, a: _Sites, b: _Sites) -> _Basis:
         same = a.same(b)
-        return cls(np.outer(a.share, b.share) + np.outer(1.0 - a.share, 1.0 - b.share),
-                   np.outer(a.z, b.z), same, np.outer(a.slope, b.slope) * (1.0 + same))
+        parts = np.outer(a.share, b.share) + np.outer(1.0 - a.share, 1.0 - b.share)
+        knee = np.outer(a.slope, b.slope) * (1.0 + same)
+        return cls(parts.astype(np.float64), np.outer(a.z, b.z).astype(np.float64), same,
+                   knee.astype(np.float64))
 
 
 @dataclass(frozen=True)
