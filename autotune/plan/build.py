@@ -203,14 +203,16 @@ def _plan_workload(w: WorkloadInput, settings: PlanSettings) -> WorkloadPlan:
                           key=settings.window_source)
     if isinstance(w.recommended, str):
         return WorkloadPlan(w.name, rates, None, None, (), (), left_out=w.recommended)
-    sizes = tuple(size_for(rates.planned_per_s * k, w.recommended, settings.headroom,
+    rec = w.recommended.against(rates.planned_per_s)
+    sizes = tuple(size_for(rates.planned_per_s * k, rec, settings.headroom,
                            settings.gpus_per_replica, settings.slo) for k in settings.growth)
     if isinstance(w.baseline, str):
-        return WorkloadPlan(w.name, rates, w.recommended, None, sizes, (),
+        return WorkloadPlan(w.name, rates, rec, None, sizes, (),
                             baseline_note=f"baseline: {w.baseline}")
-    base = tuple(size_for(rates.planned_per_s * k, w.baseline, settings.headroom,
+    baseline = w.baseline.against(rates.planned_per_s)
+    base = tuple(size_for(rates.planned_per_s * k, baseline, settings.headroom,
                           settings.gpus_per_replica, settings.slo) for k in settings.growth)
-    return WorkloadPlan(w.name, rates, w.recommended, w.baseline, sizes, base)
+    return WorkloadPlan(w.name, rates, rec, baseline, sizes, base)
 
 
 def _shared(workloads: Sequence[WorkloadInput], plans: Sequence[WorkloadPlan],
@@ -228,8 +230,9 @@ def _shared(workloads: Sequence[WorkloadInput], plans: Sequence[WorkloadPlan],
         if isinstance(s.capacity, str):
             options.append(SharedOption(s.config, None, s.capacity, ()))
             continue
-        options.append(SharedOption(s.config, s.capacity, "", tuple(
-            size_for(rates.planned_per_s * k, s.capacity, settings.headroom, per, settings.slo)
+        capacity = s.capacity.against(rates.planned_per_s)
+        options.append(SharedOption(s.config, capacity, "", tuple(
+            size_for(rates.planned_per_s * k, capacity, settings.headroom, per, settings.slo)
             for k in settings.growth)))
     missing = [p.workload for p in plans if not p.planned]
     split = [(sum(p.recommended_sizing[i].replicas * per for p in plans if p.planned),

@@ -15,11 +15,16 @@ per second, is s × the slice's rate, which exceeds s × the sample's mean rate 
 denser the slice is (``capacity_slice_rate_ratio``; 1 when the whole sample fit). The plan
 reads it from the kept reading itself: its measured requests over the replica seconds they
 arrived in (``requests`` - 1 over ``capacity_window_s``), the offered rate it met
-(:func:`sustained_rate`). Sizing replicas with s × the mean instead understates what a replica
-serves by the ratio and over-counts replicas. The slowest scale missed replays a longer slice,
-no denser than the kept one, so the interval's top in these units,
-``capacity_high_scale`` × (the sustained rate / s), is an upper bound: the interval errs wide,
-never hiding a flip. A reading that records no window (runs of versions before bounded
+(:func:`sustained_rate`, ``sustained_per_s``).
+
+**Sizing** (:meth:`MeasuredCapacity.against`) compares like with like: the reading certified
+the sample sped up s×, its densest stretch included, so against a planned rate P one replica
+serves s × P of the traffic (or s × the slice's rate when the slice is thinner than P: long
+slices at high s). Counting s × the slice's rate against P instead would put each replica at
+a time-scale above s whenever the slice is denser than P, and a bursty sample's densest
+seconds last longer than a TTFT bound's queue absorbs. The interval's top is read the same
+way from the slowest scale missed.
+A reading that records no window (runs of versions before bounded
 windows) is converted with the mean rate, and the capacity says so (``unit`` "mean").
 """
 
@@ -27,7 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from autotune.objective import Outcome
@@ -103,6 +108,9 @@ class MeasuredCapacity:
     readings: tuple[Outcome, ...]
     verdict: float | None = None  # slo_verdict_code: 1 met, 0.5 undecided, None unknown
     slice_rate_ratio: float | None = None
+    per_scale_per_s: float = 0.0  # req/s one unit of time-scale stands for (module doc)
+    max_scale: float = 0.0  # the fastest time-scale any reading of the traffic ran at
+    sustained_per_s: float | None = None  # the kept reading's offered rate (req/s)
 
     @property
     def unit(self) -> str:
@@ -110,11 +118,16 @@ class MeasuredCapacity:
         reading that records no window)."""
         return MEAN if self.slice_rate_ratio is None else SUSTAINED
 
-    @property
-    def per_scale_per_s(self) -> float:
-        """Requests/s one unit of time-scale stands for at the kept reading: the sample's mean
-        rate × the slice rate ratio (the mean alone without one)."""
-        return self.sample_rate_per_s * (self.slice_rate_ratio or 1.0)
+    def against(self, planned_per_s: float) -> MeasuredCapacity:
+        """This capacity in requests/s of the traffic as planned (``planned_per_s`` at growth
+        1): a reading at time-scale s served the sample sped up s× in its busiest slice, so
+        one replica serves s × the planned rate of it, or s × the slice's rate when the slice
+        is thinner than the planned rate (module doc)."""
+        per = min(self.per_scale_per_s, planned_per_s) if planned_per_s > 0 else \
+            self.per_scale_per_s
+        k = per / self.per_scale_per_s if self.per_scale_per_s > 0 else 1.0
+        return replace(self, low_per_s=self.low_per_s * k, high_per_s=self.high_per_s * k,
+                       covered_per_s=self.max_scale * per, per_scale_per_s=per)
 
     @property
     def trusted(self) -> str:
@@ -143,6 +156,7 @@ class MeasuredCapacity:
                 "covered_per_s": self.covered_per_s,
                 "sample_rate_per_s": self.sample_rate_per_s,
                 "slice_rate_ratio": self.slice_rate_ratio, "capacity_unit": self.unit,
+                "sustained_per_s": self.sustained_per_s, "per_scale_per_s": self.per_scale_per_s,
                 "readings": len(self.readings),
                 "slo_verdict_code": self.verdict}
 
@@ -182,4 +196,5 @@ def capacity_of(config: TrialConfig, metrics: Mapping[str, Any], sample_rate_per
         covered_per_s=max(max(scales) * sample_rate_per_s, low * per_scale),
         sample_rate_per_s=sample_rate_per_s,
         readings=tuple(outcome_of(m) for m in (readings or [metrics])),
-        verdict=_num(metrics, "slo_verdict_code"), slice_rate_ratio=ratio)
+        verdict=_num(metrics, "slo_verdict_code"), slice_rate_ratio=ratio,
+        per_scale_per_s=per_scale, max_scale=max(scales), sustained_per_s=offered)

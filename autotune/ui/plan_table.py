@@ -2,7 +2,8 @@
 then the headline, split against shared, and the caveats.
 
 The first table gives per workload the rate planned for and each config's capacity per replica
-(the requests/s one replica sustained: the interval from the rate met to the rate missed,
+(the requests/s of the planned traffic one replica serves: the interval from the rate met to
+the rate missed,
 :mod:`autotune.plan.measured`); each growth table the GPUs (replicas) of
 the recommended and the baseline configs, the probability the SLO holds, and the GPUs saved.
 A count that flips inside the capacity interval shows the other count (``/ 1 if high``); a
@@ -38,7 +39,8 @@ def plan_tables(plan: Plan) -> list[Table]:
     """The capacities table, then one table per growth factor (see module doc)."""
     caps = new_table("workload", "req/s planned", "recommended config", "req/s per replica",
                      "baseline req/s per replica", numeric=("req/s planned",),
-                     title="capacities (req/s one replica sustained: rate met - rate missed)",
+                     title="capacities (req/s of the planned traffic one replica serves: "
+                           "rate met - rate missed)",
                      fold=("recommended config",))
     for w in plan.workloads:
         if w.rates is None or w.recommended is None:

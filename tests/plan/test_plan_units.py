@@ -1,6 +1,7 @@
-"""The plan sizes replicas with the rate a replica sustained, s × the rate of the slice its
-reading replayed, not s × the sample's mean: shown on a pass over a bursty sample, where the
-two differ by how much denser the busiest slice is than the mean."""
+"""A capacity's units on a pass over a bursty sample: the rate a replica sustained (s × the
+rate of the slice its reading replayed) is read from the arrivals, and the plan sizes replicas
+against the planned rate with the time-scale s (one replica serves s × the planned rate),
+not with the sustained rate, which would count fewer replicas than a reading supports."""
 
 from __future__ import annotations
 
@@ -12,8 +13,7 @@ import yaml
 from plan_run import run, stored_plan
 
 from autotune.orchestrate.capacity_window import busiest_slice
-from autotune.plan import capacity_of, size_for
-from autotune.plan.measured import MeasuredCapacity
+from autotune.plan import replicas_for
 from autotune.policy import DEFAULT_POLICY_PATH
 from autotune.store import Store
 
@@ -74,25 +74,23 @@ def test_the_plan_counts_replicas_at_the_rate_sustained_on_a_bursty_sample(
     scale = trial.metrics["load_scale"]
     # the kept reading replayed the busiest slice of window × scale sample seconds (twice the
     # window when an undecided verdict was read again): its rate, read from the arrivals alone
-    assert c.unit == "sustained"
-    assert any(c.low_per_s == pytest.approx(scale * _slice_rate(arrivals, k * WINDOW_S * scale),
-                                            rel=1e-3) for k in (1, 2))
-    # bursty: the slice is much denser than the sample's mean
+    assert c.unit == "sustained" and c.sustained_per_s is not None
+    assert any(c.sustained_per_s == pytest.approx(
+        scale * _slice_rate(arrivals, k * WINDOW_S * scale), rel=1e-3) for k in (1, 2))
+    # bursty: the slice is much denser than the sample's mean (the rate planned for)
     assert c.slice_rate_ratio is not None and c.slice_rate_ratio > 1.5
     assert c.sample_rate_per_s == pytest.approx(w.rates.mean_per_s)
-    # the mean-rate conversion of the same reading (a run without its window) over-counts
-    window_keys = ("requests", "capacity_window_s")
-    mean = capacity_of(c.config, {k: v for k, v in trial.metrics.items()
-                                  if k not in window_keys}, c.sample_rate_per_s)
-    assert isinstance(mean, MeasuredCapacity) and mean.unit == "mean"
-    assert c.low_per_s == pytest.approx(mean.low_per_s * c.slice_rate_ratio)
+    # against the planned rate a replica serves scale × that rate: the count is the time-scale's
     s = plan.settings
-    by_mean = [size_for(z.rate_per_s, mean, s.headroom, s.gpus_per_replica, s.slo).replicas
-               for z in w.recommended_sizing]
-    by_sustained = [z.replicas for z in w.recommended_sizing]
-    assert all(a <= b for a, b in zip(by_sustained, by_mean, strict=True))
-    assert any(a < b for a, b in zip(by_sustained, by_mean, strict=True)), (by_sustained,
-                                                                             by_mean)
+    counts = [z.replicas for z in w.recommended_sizing]
+    assert counts == [replicas_for(k, scale, s.headroom) for k in s.growth]
+    # the sustained req/s against the planned mean would count fewer replicas, each then
+    # serving a time-scale of the sample that a reading saw miss the SLO
+    naive = [replicas_for(w.rates.planned_per_s * k, c.sustained_per_s, s.headroom)
+             for k in s.growth]
+    assert all(a <= b for a, b in zip(naive, counts, strict=True))
+    missed = trial.metrics["capacity_high_scale"]
+    assert any(k / n >= missed for k, n in zip(s.growth, naive, strict=True)), (naive, missed)
 
 
 def test_the_plan_json_names_each_capacitys_unit(bursty: tuple[str, str]) -> None:
@@ -102,4 +100,4 @@ def test_the_plan_json_names_each_capacitys_unit(bursty: tuple[str, str]) -> Non
     rec = json.loads(out)["workloads"][0]["recommended"]
     assert rec["capacity_unit"] == "sustained" and rec["slice_rate_ratio"] > 1
     code, out, _ = run("plan", "--run", run_id, "--db", db)
-    assert code == 0 and "req/s one replica sustained" in out
+    assert code == 0 and "req/s of the planned traffic one replica serves" in out
