@@ -13,8 +13,17 @@ overrun it. The prediction is the mean replay time of the workload's finished tr
 pass's, before the workload has one) plus one server start, with the trials in flight counted
 at their prediction too: a
 pass stops one trial early rather than one trial late, and it can overrun its budget only by
-how much the trials in flight cost more than predicted. A failed trial costs nothing here (its
-replica time is not measured); on real replicas the real time it took still counts.
+how much the trials in flight cost more than predicted.
+
+Readings the pass makes after its searches (the mixed sample's, for the capacity plan:
+:mod:`~autotune.orchestrate.mixed`) are kept room for: ``kept_readings`` of them, each
+predicted at a trial of the pass's (:meth:`Ledger.kept`), are counted as spent when a search
+trial is refused, so the searches leave the budget those readings need
+(:meth:`Ledger.kept_that_fit` says how many of them the budget still holds when the
+searches end).
+
+A failed trial costs nothing here (its replica time is not measured); on real replicas the
+real time it took still counts.
 """
 
 from __future__ import annotations
@@ -39,6 +48,7 @@ class Ledger:
     replicas: int
     gpus: int
     wall_clock: str = ""
+    kept_readings: int = 0
     clock: Callable[[], float] = time.monotonic
     spent: CostTotal = field(default_factory=CostTotal)
     _t0: float = field(init=False)
@@ -80,30 +90,73 @@ class Ledger:
         start = self.spent.start_s / self.spent.starts if self.spent.starts else 0.0
         return TrialCost(start, base.replay_s / base.trials, self.gpus)
 
-    def refusal(self, workload: str, in_flight: Iterable[str] = ()) -> str | None:
-        """Why the next trial of ``workload`` must not start (None: it may). ``in_flight``:
-        the workloads of the trials running now, counted at their predicted cost."""
+    def kept(self) -> TrialCost | None:
+        """The cost kept for the readings after the searches: ``kept_readings`` trials of the
+        pass's mean (a server start and the mean replay of every trial so far), one replica
+        each (None: nothing kept, or no trial has finished to predict it from)."""
+        if self.kept_readings <= 0 or not self.spent.trials:
+            return None
+        start = self.spent.start_s / self.spent.starts if self.spent.starts else 0.0
+        n = self.kept_readings
+        return TrialCost(n * start, n * self.spent.replay_s / self.spent.trials, self.gpus)
+
+    def kept_that_fit(self) -> int:
+        """How many of the readings kept for after the searches the budget left holds (each
+        at its prediction, :meth:`kept`); all of them when none can be predicted yet, none
+        when the budget is spent."""
+        if self.kept_readings <= 0 or self.refusal_spent() is not None:
+            return 0
+        kept = self.kept()
+        if kept is None:
+            return self.kept_readings
+        n = self.kept_readings
+        fit = n
+        if self.gpu_hours is not None and kept.gpu_h > 0:
+            fit = min(fit, int((self.gpu_hours - self.spent.gpu_h) / (kept.gpu_h / n) + 1e-9))
+        if kept.replica_s > 0:
+            rounds = int((self.wall_clock_s - self._free_replica_s()) / (kept.replica_s / n)
+                         + 1e-9)
+            fit = min(fit, rounds * self.replicas)
+        return max(fit, 0)
+
+    def refusal_spent(self) -> str | None:
+        """Why nothing more may start because the budget is spent (None: some is left)."""
         if self.elapsed_s() >= self.wall_clock_s:
             return (f"budget.wall_clock ({self.wall_clock}) spent: {_hours(self.elapsed_s())} "
                     "of replica time")
         if self.gpu_hours is not None and self.spent.gpu_h >= self.gpu_hours:
             return (f"budget.gpu_hours ({self.gpu_hours:g}) spent: "
                     f"{self.spent.gpu_h:.3g} GPU-h after {self.spent.trials} trials")
+        return None
+
+    def refusal(self, workload: str, in_flight: Iterable[str] = ()) -> str | None:
+        """Why the next trial of ``workload`` must not start (None: it may). ``in_flight``:
+        the workloads of the trials running now, counted at their predicted cost; the readings
+        kept for after the searches count as spent (:meth:`kept`)."""
+        spent = self.refusal_spent()
+        if spent is not None:
+            return spent
         nxt = self.predicted(workload)
         if nxt is None:
             return None
         pending = sum((c.gpu_h for c in map(self.predicted, in_flight) if c is not None), 0.0)
+        kept = self.kept()
+        kept_gpu_h, kept_s = (kept.gpu_h, kept.replica_s / self.replicas) if kept else (0.0, 0.0)
+        also = (f" and {kept_gpu_h:.3g} GPU-h kept for the {self.kept_readings} readings of the "
+                "mixed sample after the searches" if kept else "")
         if self.gpu_hours is not None and \
-                self.spent.gpu_h + pending + nxt.gpu_h > self.gpu_hours:
+                self.spent.gpu_h + pending + kept_gpu_h + nxt.gpu_h > self.gpu_hours:
             return (f"budget.gpu_hours ({self.gpu_hours:g}) would be overrun: "
                     f"{self.spent.gpu_h:.3g} GPU-h spent"
-                    + (f", {pending:.3g} in flight" if pending else "")
+                    + (f", {pending:.3g} in flight" if pending else "") + also
                     + f", and a trial of {workload} costs about {nxt.gpu_h:.3g} GPU-h "
                     "(a server start and the mean replay of its trials so far)")
-        if self._free_replica_s() + nxt.replica_s > self.wall_clock_s:
+        if self._free_replica_s() + kept_s + nxt.replica_s > self.wall_clock_s:
             return (f"budget.wall_clock ({self.wall_clock}) would be overrun: a replica is free "
-                    f"after {_hours(self._free_replica_s())} of replica time and a trial of "
-                    f"{workload} takes about {_hours(nxt.replica_s)}")
+                    f"after {_hours(self._free_replica_s())} of replica time"
+                    + (f", {_hours(kept_s)} more kept for the mixed sample's readings"
+                       if kept else "")
+                    + f", and a trial of {workload} takes about {_hours(nxt.replica_s)}")
         return None
 
 

@@ -30,7 +30,8 @@ from autotune.store import Store
 from autotune.traffic.load import WorkloadTraffic
 from autotune.types import Request, TrialConfig
 
-__all__ = ["make_plan", "measure_mixed", "mixed_requests", "record_arrivals"]
+__all__ = ["make_plan", "measure_mixed", "mixed_readings_planned", "mixed_requests",
+           "record_arrivals"]
 
 log = logging.getLogger(__name__)
 
@@ -61,22 +62,42 @@ def _candidates(options: TuneOptions, searches: Sequence[WorkloadSearch]) -> lis
     return out
 
 
-def measure_mixed(options: TuneOptions, store: Store, run_id: str,
-                  groups: Mapping[str, WorkloadTraffic], searches: Sequence[WorkloadSearch],
-                  pool: Pool) -> int:
-    """Read the mixed sample at capacity on every candidate shared config not read yet in this
-    run (see module doc); returns how many were read. Nothing when the policy turns it off,
-    when fewer than two workloads are timed, or when replays are not read at capacity."""
+def _mixed_workloads(options: TuneOptions,
+                     groups: Mapping[str, WorkloadTraffic]) -> dict[str, WorkloadTraffic]:
+    """The workloads whose traffic the mixed sample merges; none when it is not read: the
+    policy turns it off, fewer than two workloads are timed, or replays are not read at
+    capacity."""
     policy = options.policy
     timed = {k: w for k, w in groups.items()
              if w.replay and all(r.arrival_s is not None for r in w.replay)}
     if (not policy.plan.measure_shared or len(timed) < 2 or policy.replay.mode != "trace"
             or not policy.replay.find_capacity):
+        return {}
+    return timed
+
+
+def mixed_readings_planned(options: TuneOptions, groups: Mapping[str, WorkloadTraffic]) -> int:
+    """How many mixed-sample readings the pass will make after its searches, at most (one per
+    workload's best config): the budget keeps room for them
+    (:class:`~autotune.orchestrate.budget.Ledger`)."""
+    return len(_mixed_workloads(options, groups))
+
+
+def measure_mixed(options: TuneOptions, store: Store, run_id: str,
+                  groups: Mapping[str, WorkloadTraffic], searches: Sequence[WorkloadSearch],
+                  pool: Pool, limit: int | None = None) -> int:
+    """Read the mixed sample at capacity on every candidate shared config not read yet in this
+    run (see module doc), at most ``limit`` of them (what the budget left holds); returns how
+    many were read (nothing when the pass reads no mixed sample,
+    :func:`mixed_readings_planned`)."""
+    policy = options.policy
+    timed = _mixed_workloads(options, groups)
+    if not timed:
         return 0
     stored = store.plan(run_id)
     done: list[Mapping[str, Any]] = list(stored.shared) if stored else []
     read = [TrialConfig.from_dict(r["config"]) for r in done]
-    todo = [c for c in _candidates(options, searches) if c not in read]
+    todo = [c for c in _candidates(options, searches) if c not in read][:limit]
     if not todo:
         return 0
     slo = policy.objective.slo.slo()

@@ -30,7 +30,7 @@ from autotune.search import Suggestion
 from autotune.store import Store
 from autotune.types import Measurement
 
-__all__ = ["drive_trials"]
+__all__ = ["drive_trials", "open_ledger"]
 
 #: Per-request columns kept with each trial (for bootstrap confidence intervals later).
 _PER_REQUEST = ("ttft_s", "tpot_s", "e2e_s", "output_tokens", "ok")
@@ -38,11 +38,13 @@ _PER_REQUEST = ("ttft_s", "tpot_s", "e2e_s", "output_tokens", "ok")
 
 def drive_trials(options: TuneOptions, store: Store, run_id: str,
                  searches: Sequence[WorkloadSearch], pool: Pool, rep: Reporter,
-                 unchecked: str = "no greedy outputs were recorded with this trial") -> str | None:
+                 unchecked: str = "no greedy outputs were recorded with this trial",
+                 ledger: Ledger | None = None) -> str | None:
     """Run trials until every search has stopped or the budget is spent; returns why the
     budget ended the pass (None: every search stopped on its own). ``unchecked``: why a trial
-    that recorded no greedy outputs is stored "outputs not checked"."""
-    ledger = open_ledger(options, store, run_id, pool.capacity)
+    that recorded no greedy outputs is stored "outputs not checked"; ``ledger``: the pass's
+    (default: :func:`open_ledger`, keeping nothing for after the searches)."""
+    ledger = ledger or open_ledger(options, store, run_id, pool.capacity)
     by_name = {w.name: w for w in searches}
     share = FairShare([w.name for w in searches])
     in_flight: dict[Hashable, tuple[WorkloadSearch, Suggestion]] = {}
@@ -74,11 +76,14 @@ def drive_trials(options: TuneOptions, store: Store, run_id: str,
                       _finish(options, store, run_id, w, s, result, rep, unchecked))
 
 
-def open_ledger(options: TuneOptions, store: Store, run_id: str, replicas: int) -> Ledger:
-    """The pass's ledger, charged with the trials a resumed run finished before."""
+def open_ledger(options: TuneOptions, store: Store, run_id: str, replicas: int,
+                kept_readings: int = 0) -> Ledger:
+    """The pass's ledger, charged with the trials a resumed run finished before, keeping room
+    for ``kept_readings`` readings after the searches."""
     budget = options.policy.budget
     ledger = Ledger(budget.gpu_hours, budget.wall_clock_s, max(replicas, 1),
-                    options.policy.gpus_per_replica, budget.wall_clock)
+                    options.policy.gpus_per_replica, budget.wall_clock,
+                    kept_readings=kept_readings)
     for t in store.trials(run_id):
         if t.state in ("complete", "failed"):
             ledger.charge(t.workload, t.replica, trial_cost(t.metrics))

@@ -28,12 +28,17 @@ from typing import TYPE_CHECKING, Any
 from autotune.backends import Backend, create_backend, decodes_tokens
 from autotune.cost import pass_cost
 from autotune.errors import ConfigError
-from autotune.orchestrate.mixed import make_plan, measure_mixed, record_arrivals
+from autotune.orchestrate.mixed import (
+    make_plan,
+    measure_mixed,
+    mixed_readings_planned,
+    record_arrivals,
+)
 from autotune.orchestrate.moments import announce_moment
 from autotune.orchestrate.options import Reporter, TuneOptions
 from autotune.orchestrate.pool import Pool
 from autotune.orchestrate.runs import OpenedRun, WorkloadSearch, open_run
-from autotune.orchestrate.trials import drive_trials
+from autotune.orchestrate.trials import drive_trials, open_ledger
 from autotune.orchestrate.workloads import LoadedWorkloads, load_traffic, load_workloads
 from autotune.plan import MIXED, Plan
 from autotune.recommend import WorkloadResult, WorkloadTrials, recommend_workload, run_provenance
@@ -163,18 +168,21 @@ def _drive(options: TuneOptions, store: Store, run: OpenedRun,
            groups: dict[str, WorkloadTraffic], backend: Backend, rep: Reporter,
            pool_factory: PoolFactory) -> str | None:
     """Stages 3 and 4 with the run's status kept true: interrupted or failed when it ends
-    early. Returns why the budget ended it (None: every search stopped on its own); a pass
-    the budget ended reads no mixed sample."""
+    early. Returns why the budget ended it (None: every search stopped on its own). The
+    searches leave room in the budget for the mixed sample's readings; as many are read as
+    the budget left holds."""
     pool: Pool | None = None
     try:
         pool = pool_factory(backend, rep)
         _use_pool_hardware(pool, run)
         unchecked = unchecked_reason(options.backend, decodes_tokens(backend),
                                      options.policy.outputs.prompts)
+        ledger = open_ledger(options, store, run.run_id, pool.capacity,
+                             kept_readings=mixed_readings_planned(options, groups))
         budget_stop = drive_trials(options, store, run.run_id, run.searches, pool, rep,
-                                   unchecked)
-        if budget_stop is None:
-            measure_mixed(options, store, run.run_id, groups, run.searches, pool)
+                                   unchecked, ledger)
+        measure_mixed(options, store, run.run_id, groups, run.searches, pool,
+                      limit=ledger.kept_that_fit())
         return budget_stop
     except KeyboardInterrupt:
         store.set_run_status(run.run_id, "interrupted",

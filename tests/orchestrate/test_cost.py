@@ -264,3 +264,25 @@ def test_the_pass_output_says_what_it_cost_and_why_the_budget_ended_it() -> None
     assert "simulated" in lines[0] and "8 GPUs" in lines[0]
     assert lines[1].startswith("budget: the pass ended early") and "budget.gpu_hours" in lines[1]
     assert cost_notes({}) == []
+
+
+def test_the_ledger_keeps_room_for_the_readings_after_the_searches() -> None:
+    ledger = Ledger(gpu_hours=14.0, wall_clock_s=1e9, replicas=1, gpus=8, clock=Clock(),
+                    kept_readings=2)
+    assert ledger.kept() is None and ledger.kept_that_fit() == 2  # nothing to predict from
+    trial = TrialCost(start_s=0.0, replay_s=1800.0, gpus=8)  # 4 GPU-h
+    ledger.charge("chat", "r0", trial)
+    kept = ledger.kept()
+    assert kept is not None and kept.gpu_h == 8.0  # two readings of the pass's mean trial
+    # 4 spent + 8 kept + 4 predicted > 14: the search stops where the readings still fit
+    why = ledger.refusal("chat")
+    assert why is not None and "8 GPU-h kept for the 2 readings of the mixed sample" in why
+    assert ledger.kept_that_fit() == 2
+    ledger.charge("chat", "r0", trial)  # a trial started before the room was kept
+    assert ledger.kept_that_fit() == 1  # 8 spent: one more 4 GPU-h reading fits in 14
+    ledger.charge("chat", "r0", trial)
+    ledger.charge("chat", "r0", trial)
+    assert ledger.kept_that_fit() == 0  # spent
+    plain = Ledger(gpu_hours=14.0, wall_clock_s=1e9, replicas=1, gpus=8, clock=Clock())
+    plain.charge("chat", "r0", trial)
+    assert plain.refusal("chat") is None and plain.kept_that_fit() == 0

@@ -113,12 +113,29 @@ def test_a_policy_peak_window_longer_than_the_sample_stops_start_before_writing(
 
 def test_a_pass_the_budget_ended_says_why_split_or_shared_was_not_measured(
         tmp_path: Path) -> None:
-    # 4 GPU-hours hold the three baselines (a server start of 8 GPUs is 1.07 GPU-h) and no more:
-    # the budget ends the pass before its last stage reads the mixed sample
-    db, run_id = quick_pass(tmp_path, budget={"gpu_hours": 4})
+    # 3 GPU-hours are spent by the three baselines (a server start of 8 GPUs is 1.07 GPU-h):
+    # the budget ends the pass with no room left for its last stage, the mixed sample
+    db, run_id = quick_pass(tmp_path, budget={"gpu_hours": 3})
     plan = stored_plan(db, run_id)
     assert plan.shared is None and plan.shared_note.startswith("the pass's budget ended it")
     assert "budget.gpu_hours" in plan.shared_note
     assert plan.as_dict()["split_or_shared_note"] == plan.shared_note
     code, out, _ = run("plan", "--run", run_id, "--db", db)
     assert code == 0 and "split or shared: not measured: the pass's budget ended it" in out
+
+
+def test_the_searches_leave_room_in_the_budget_for_the_mixed_readings(tmp_path: Path) -> None:
+    # 10 GPU-hours: the searches (6 trials each) would spend it all; they stop where the mixed
+    # sample's readings, one per workload's best config, still fit, and those are read
+    db, run_id = quick_pass(tmp_path, budget={"trials": 6, "gpu_hours": 10})
+    store = Store.open(db)
+    try:
+        options = store.run(run_id).options
+        stored = store.plan(run_id)
+    finally:
+        store.close()
+    assert "kept for the 3 readings of the mixed sample" in options["budget_stop"]
+    assert stored is not None and stored.shared and not any(r["error"] for r in stored.shared)
+    assert options["cost"]["total"]["gpu_h"] <= 10.0
+    plan = stored_plan(db, run_id)
+    assert plan.shared is not None
