@@ -288,8 +288,28 @@ class _Sites:
     share: FloatArray  # the p99's share owed to stalls (ITL) or waiting (TTFT): _Physics.share
 
     def same(self, other: _Sites) -> FloatArray:
-        return np.asarray([[a == b for b in other.configs] for a in self.configs],
-                          dtype=np.float64)
+        index: dict[TrialConfig, int] = {}
+        mine = np.asarray([index.setdefault(c, len(index)) for c in self.configs])
+        theirs = np.asarray([index.setdefault(c, len(index)) for c in other.configs])
+        out: FloatArray = (mine[:, None] == theirs[None, :]).astype(np.float64)
+        return out
+
+
+@dataclass(frozen=True)
+class _Basis:
+    """The parts of the covariance between two sets of sites that do not depend on the error
+    sizes (computed once, combined for every size the calibration tries)."""
+
+    parts: FloatArray  # shared offsets, weighed by each site's make-up of the tail
+    trend: FloatArray  # the trend in log rate
+    same: FloatArray   # the per-config effect
+    knee: FloatArray   # the knee's error, felt through the elasticities
+
+    @classmethod
+    def of(cls, a: _Sites, b: _Sites) -> _Basis:
+        same = a.same(b)
+        return cls(np.outer(a.share, b.share) + np.outer(1.0 - a.share, 1.0 - b.share),
+                   np.outer(a.z, b.z), same, np.outer(a.slope, b.slope) * (1.0 + same))
 
 
 @dataclass(frozen=True)
@@ -304,11 +324,12 @@ class _Sizes:
 
     def cross(self, a: _Sites, b: _Sites) -> FloatArray:
         """Covariance of the log residuals at ``a`` and ``b`` (the nugget excluded)."""
-        same = a.same(b)
-        parts = np.outer(a.share, b.share) + np.outer(1.0 - a.share, 1.0 - b.share)
-        out: FloatArray = (self.offset**2 * parts + _TREND_SD**2 * np.outer(a.z, b.z)
-                           + self.config**2 * same
-                           + self.knee**2 * np.outer(a.slope, b.slope) * (1.0 + same))
+        return self.combine(_Basis.of(a, b))
+
+    def combine(self, basis: _Basis) -> FloatArray:
+        """The covariance with these sizes from its size-free parts."""
+        out: FloatArray = (self.offset**2 * basis.parts + _TREND_SD**2 * basis.trend
+                           + self.config**2 * basis.same + self.knee**2 * basis.knee)
         return out
 
 
@@ -337,11 +358,12 @@ class _Residual:
         sites = _Sites(tuple(configs), log_rate - centre, slope, share)
         median, prior_sd = _SIZE_PRIOR
         best: tuple[float, _Sizes] | None = None
+        basis = _Basis.of(sites, sites)
         for config in _SIZES:
             for nugget in _SIZES:
                 for knee in _SIZES:
                     sizes = _Sizes(float(config), float(nugget), float(knee), offset)
-                    cov = sizes.cross(sites, sites) + np.diag(nugget**2 + noise_var)
+                    cov = sizes.combine(basis) + np.diag(nugget**2 + noise_var)
                     try:
                         chol = np.linalg.cholesky(cov)
                     except np.linalg.LinAlgError:
