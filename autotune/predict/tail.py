@@ -23,9 +23,12 @@ interval and the chance each meets its bound. Three layers, each a mechanism:
 3. **Calibration** (:class:`_Residual`). What the physics still gets wrong is learned from every
    reading of every rate the runs made (each trial reads several rates): the log ratio of
    each measured p99 to the physics' median, with the sampling spread of step 2 as its known
-   noise, is a Gaussian process: a workload-wide offset, a trend in log rate, a per-config
-   effect, a reading-to-reading nugget, and an error in where the knee is — the model's
-   capacity off by a log factor (workload-wide and per config), which a reading feels through
+   noise, is a Gaussian process: a workload-wide offset, a trend in log rate, a config
+   effect that similar configs share (the predictor's residual kernel,
+   :func:`~autotune.predict.residual.similarity`: a config read to miss lowers its
+   neighbours' chances), a reading-to-reading nugget, and an error in where the knee is — the
+   model's capacity off by a log factor (workload-wide and per config), which a reading feels
+   through
    the physics' elasticity d log p99 / d log rate there (near saturation a p99 moves many times
    faster than the rate, far below it hardly at all). The three sizes are chosen by maximum
    marginal likelihood under a log-normal prior. The prefill speed is calibrated with them: the
@@ -53,6 +56,7 @@ import numpy.typing as npt
 
 from autotune.predict.numerics import count_le, weighted_quantile
 from autotune.predict.replica import latency, measured_ttft
+from autotune.predict.residual import similarity
 from autotune.predict.steady_state import solve_steady_state
 from autotune.predict.step_cost import COST_PARTS, UNKNOWN_HARDWARE_SD, StepCostModel
 from autotune.predict.workload import ConfigGrid, ReplicaFactors, WorkloadModel
@@ -286,6 +290,11 @@ class _Sites:
     z: FloatArray
     slope: FloatArray
     share: FloatArray  # the p99's share owed to stalls (ITL) or waiting (TTFT): _Physics.share
+    block: int = 1     # the draft block the window is measured in (residual.similarity)
+
+    def alike(self, other: _Sites) -> FloatArray:
+        """How alike the physics' errors at two configs are (:func:`residual.similarity`)."""
+        return similarity(self.configs, other.configs, self.block)
 
     def same(self, other: _Sites) -> FloatArray:
         index: dict[TrialConfig, int] = {}
@@ -302,14 +311,14 @@ class _Basis:
 
     parts: FloatArray  # shared offsets, weighed by each site's make-up of the tail
     trend: FloatArray  # the trend in log rate
-    same: FloatArray   # the per-config effect
+    alike: FloatArray  # the config effect, shared by similar configs
     knee: FloatArray   # the knee's error, felt through the elasticities
 
     @classmethod
     def of(cls, a: _Sites, b: _Sites) -> _Basis:
-        same = a.same(b)
-        return cls(np.outer(a.share, b.share) + np.outer(1.0 - a.share, 1.0 - b.share),
-                   np.outer(a.z, b.z), same, np.outer(a.slope, b.slope) * (1.0 + same))
+        parts: FloatArray = np.outer(a.share, b.share) + np.outer(1.0 - a.share, 1.0 - b.share)
+        knee: FloatArray = np.outer(a.slope, b.slope) * (1.0 + a.same(b))
+        return cls(parts, np.outer(a.z, b.z), a.alike(b), knee)
 
 
 @dataclass(frozen=True)
@@ -329,15 +338,16 @@ class _Sizes:
     def combine(self, basis: _Basis) -> FloatArray:
         """The covariance with these sizes from its size-free parts."""
         out: FloatArray = (self.offset**2 * basis.parts + _TREND_SD**2 * basis.trend
-                           + self.config**2 * basis.same + self.knee**2 * basis.knee)
+                           + self.config**2 * basis.alike + self.knee**2 * basis.knee)
         return out
 
 
 @dataclass(frozen=True)
 class _Residual:
     """The calibration of one tail: log(measured / physics median) as a Gaussian process over
-    readings — a workload-wide offset, a trend in log rate, a per-config effect, an error in
-    where the knee is (workload-wide and per config; a reading feels it by the physics'
+    readings — a workload-wide offset, a trend in log rate, a config effect similar configs
+    share, an error in where the knee is (workload-wide and per config; a reading feels it by
+    the physics'
     elasticity there: near saturation a p99 moves many times faster than the rate) and a
     reading-to-reading nugget — with each reading's sampling variance as its own known noise.
     Predicts a new reading's residual (mean, variance)."""
@@ -353,9 +363,9 @@ class _Residual:
     @classmethod
     def fit(cls, configs: Sequence[TrialConfig], log_rate: FloatArray, slope: FloatArray,
             share: FloatArray, error: FloatArray, noise_var: FloatArray,
-            offset: float = _OFFSET_SD) -> _Residual:
+            offset: float = _OFFSET_SD, block: int = 1) -> _Residual:
         centre = float(log_rate.mean()) if log_rate.size else 0.0
-        sites = _Sites(tuple(configs), log_rate - centre, slope, share)
+        sites = _Sites(tuple(configs), log_rate - centre, slope, share, block)
         median, prior_sd = _SIZE_PRIOR
         best: tuple[float, _Sizes] | None = None
         basis = _Basis.of(sites, sites)
@@ -386,7 +396,7 @@ class _Residual:
     def predict(self, configs: Sequence[TrialConfig], log_rate: FloatArray,
                 slope: FloatArray, share: FloatArray) -> tuple[FloatArray, FloatArray]:
         """Mean and variance of a new reading's log residual at each (config, log rate)."""
-        at = _Sites(tuple(configs), log_rate - self.centre, slope, share)
+        at = _Sites(tuple(configs), log_rate - self.centre, slope, share, self.sites.block)
         prior = np.diag(self.sizes.cross(at, at)) + self.sizes.nugget**2
         if not self.sites.configs:
             return np.zeros(len(configs)), prior
@@ -429,15 +439,16 @@ class TailModel:
 
     @classmethod
     def fit(cls, workload: WorkloadModel, cost: StepCostModel, factors: ReplicaFactors,
-            slo: Slo, readings: Sequence[TailReading]) -> TailModel:
+            slo: Slo, readings: Sequence[TailReading], *, block: int) -> TailModel:
         """Calibrate both tails on ``readings`` (those the physics can replay), with the
-        prefill speed that explains them best (:func:`_with_prefill`)."""
+        prefill speed that explains them best (:func:`_with_prefill`); ``block``: the draft
+        block, which says how alike two windows are (:func:`residual.similarity`)."""
         rows = list(readings)
         best: tuple[float, TailModel] | None = None
         sd = float(cost.prior_sd()[COST_PARTS.index("tokens")])
         for step in (_PREFILL_STEPS if rows else (0.0,)):
             moved = _with_prefill(cost, step)
-            residuals = _calibrate(workload, moved, factors, rows)
+            residuals = _calibrate(workload, moved, factors, rows, block)
             score = sum(r.evidence for r in residuals.values()) - 0.5 * (step / sd) ** 2
             if best is None or score > best[0]:
                 best = (score, cls(workload, moved, factors, slo, residuals))
@@ -480,7 +491,7 @@ def _with_prefill(cost: StepCostModel, step: float) -> StepCostModel:
 
 
 def _calibrate(workload: WorkloadModel, cost: StepCostModel, factors: ReplicaFactors,
-               rows: Sequence[TailReading]) -> dict[str, _Residual]:
+               rows: Sequence[TailReading], block: int) -> dict[str, _Residual]:
     """Both tails' calibration (:class:`_Residual`) on ``rows`` with ``cost``."""
     configs = [r.config for r in rows]
     scale = _scales(workload, rows)
@@ -501,7 +512,8 @@ def _calibrate(workload: WorkloadModel, cost: StepCostModel, factors: ReplicaFac
         residuals[tail] = _Residual.fit(
             [configs[i] for i in keep], np.log(scale[keep]), slope, share,
             np.asarray(error), np.asarray(noise),
-            offset=_OFFSET_SD * (1.0 if cost.facts.hardware.known else UNKNOWN_HARDWARE_SD))
+            offset=_OFFSET_SD * (1.0 if cost.facts.hardware.known else UNKNOWN_HARDWARE_SD),
+            block=block)
     return residuals
 
 
