@@ -318,7 +318,8 @@ class _Basis:
     def of(cls, a: _Sites, b: _Sites) -> _Basis:
         parts: FloatArray = np.outer(a.share, b.share) + np.outer(1.0 - a.share, 1.0 - b.share)
         knee: FloatArray = np.outer(a.slope, b.slope) * (1.0 + a.same(b))
-        return cls(parts, np.outer(a.z, b.z), a.alike(b), knee)
+        trend: FloatArray = np.outer(a.z, b.z)
+        return cls(parts, trend, a.alike(b), knee)
 
 
 @dataclass(frozen=True)
