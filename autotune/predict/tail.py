@@ -316,10 +316,10 @@ class _Basis:
 
     @classmethod
     def of(cls, a: _Sites, b: _Sites) -> _Basis:
-        parts: FloatArray = np.outer(a.share, b.share) + np.outer(1.0 - a.share, 1.0 - b.share)
-        knee: FloatArray = np.outer(a.slope, b.slope) * (1.0 + a.same(b))
-        trend: FloatArray = np.outer(a.z, b.z)
-        return cls(parts, trend, a.alike(b), knee)
+        parts = np.outer(a.share, b.share) + np.outer(1.0 - a.share, 1.0 - b.share)
+        knee = np.outer(a.slope, b.slope) * (1.0 + a.same(b))
+        return cls(parts.astype(np.float64), np.outer(a.z, b.z).astype(np.float64),
+                   a.alike(b), knee.astype(np.float64))
 
 
 @dataclass(frozen=True)
