@@ -59,8 +59,8 @@ from autotune.orchestrate.capacity_window import SETTLE_LIFETIMES, settle_margin
 from autotune.slo import KEPT_UP, MAX_SCALE, MIN_SCALE, RESOLUTION, values_to_bound
 from autotune.types import CapacityHint, Measurement, Progress, ReplaySchedule, Request, Slo
 
-__all__ = ["KEPT_UP", "MAX_SCALE", "MIN_SCALE", "RESOLUTION", "kept_up", "replay_at_capacity",
-           "replay_margin"]
+__all__ = ["KEPT_UP", "MAX_SCALE", "MIN_SCALE", "RESOLUTION", "kept_up", "predicted_readings",
+           "replay_at_capacity", "replay_margin"]
 
 #: :func:`replay_margin` of a replay that missed the SLO by failed requests, not by a p99.
 FAILED_MARGIN = math.log(2.0)
@@ -187,20 +187,25 @@ def _first_step(hint: CapacityHint | None) -> float | None:
     return min(max(math.exp(abs(hint.log_sd)), 1 + 4 * RESOLUTION), 4.0)
 
 
+def predicted_readings(hint: CapacityHint | None, max_replays: int) -> float:
+    """How many readings a capacity reading is expected to take, before it starts: with a
+    hint, the start, one step to bracket and Brent's steps across that bracket to
+    :data:`RESOLUTION` (one halving each at worst); without one, every replay allowed."""
+    step = _first_step(hint)
+    if step is None:
+        return float(max_replays)
+    return min(float(max_replays),
+               2.0 + math.ceil(math.log2(math.log(step) / math.log1p(RESOLUTION))))
+
+
 def _predicted_busy_s(hint: CapacityHint | None, start: float, window_s: float | None,
                       sample_span_s: float, max_replays: int) -> float:
     """Replica seconds the reading is expected to spend, before it starts: its readings, each
     the window at the start rate plus one drain (a quarter of a sustained window; module doc of
-    :mod:`~autotune.orchestrate.capacity_window`). With a hint: the start, one step to bracket
-    and Brent's steps across that bracket to :data:`RESOLUTION` (one halving each at worst);
-    without one: every replay allowed."""
+    :mod:`~autotune.orchestrate.capacity_window`), as many as :func:`predicted_readings`."""
     span = sample_span_s / start if sample_span_s > 0 else math.nan
     per = min(window_s, span) if window_s is not None else span
-    step = _first_step(hint)
-    readings = (float(max_replays) if step is None else
-                min(float(max_replays), 2.0 + math.ceil(math.log2(math.log(step)
-                                                                   / math.log1p(RESOLUTION)))))
-    return readings * per * (1.0 + 1.0 / SETTLE_LIFETIMES)
+    return predicted_readings(hint, max_replays) * per * (1.0 + 1.0 / SETTLE_LIFETIMES)
 
 
 def _tag(scale: float, readings: list[tuple[float, _Replay]], feasible: bool,

@@ -119,17 +119,6 @@ def capacity_hint(scales: Sequence[float], chances: Sequence[float]) -> Capacity
     return CapacityHint(math.exp(median), max(sd, 0.0))
 
 
-def predicted_readings(hint: CapacityHint | None, max_replays: int) -> float:
-    """TEMPORARY (moves to capacity.py): readings a capacity reading takes."""
-    from autotune.orchestrate.capacity import RESOLUTION, _first_step
-
-    step = _first_step(hint)
-    if step is None:
-        return float(max_replays)
-    return min(float(max_replays),
-               2.0 + math.ceil(math.log2(math.log(step) / math.log1p(RESOLUTION))))
-
-
 class Guide:
     """The guided-search state of one workload: a predictor, its tail model and the stop rule
     (see the module doc)."""
@@ -225,6 +214,8 @@ class Guide:
         take (the capacity reading's own prediction,
         :func:`~autotune.orchestrate.capacity.predicted_readings`), each as long as the trials'
         mean reading; 1 before any trial recorded its cost."""
+        from autotune.orchestrate.capacity import predicted_readings
+
         if not self.costs:
             return 1.0
         start = sum(s for s, _ in self.costs) / len(self.costs)
