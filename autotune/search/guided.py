@@ -98,6 +98,9 @@ def _expected_improvement(p: Prediction, incumbent: float) -> float:
 #: capacity's distribution is read at steps of 4^(1/5), 32% (a narrower one reads as that wide).
 _RATES = tuple(4.0**k for k in range(-3, 4))
 _FINE = 4
+#: How many candidates, those with the largest expected improvement, get the finer reading (the
+#: others' cost is predicted from the 4x steps, which overstate the sd of their capacity).
+_REFINED = 3
 
 
 def capacity_hint(scales: Sequence[float], chances: Sequence[float]) -> CapacityHint:
@@ -171,42 +174,40 @@ class Guide:
         return sorted((preds[c] for c in self.predictor.configs),
                       key=lambda p: (-p.value * (1.0 - p.risk), p.config))
 
-    def chances(self, configs: Sequence[TrialConfig]
-                ) -> tuple[list[float], list[float], list[CapacityHint | None]]:
-        """Per config, from the tail model: the chance that a reading meets the SLO at the rate
-        to serve; at the slowest rate a capacity reading tries (:data:`MIN_SCALE`: the chance
-        of any capacity); and where its capacity lies (:func:`capacity_hint`, read from the
-        chances at :data:`_RATES` × the rate to serve). Without a capacity reading: the chance
-        at the rate replayed, twice, and no hint."""
+    def chances(self, configs: Sequence[TrialConfig]) -> tuple[list[float], list[float]]:
+        """Per config, the tail model's chance that a reading meets the SLO at the rate to
+        serve, and at the slowest rate a capacity reading tries (:data:`MIN_SCALE` of it: the
+        chance of any capacity; without a capacity reading, the chance at the rate replayed)."""
+        curves = self._curves(configs)
+        return [c[self.predictor.target] for c in curves], [c[min(c)] for c in curves]
+
+    def _curves(self, configs: Sequence[TrialConfig]) -> list[dict[float, float]]:
+        """Per config, the tail model's chance that a reading meets the SLO at each of
+        :data:`_RATES` × the rate to serve (within the capacity reading's range), by rate; at
+        the rate to serve alone without a capacity reading."""
         p = self.predictor
-        n = len(configs)
-        if not p.workload.find_capacity:
-            met = [float(x) for x in p.tail_model().predict(list(configs),
-                                                           [p.target] * n).chance_met]
-            return met, met, [None] * n
-        coarse = sorted({min(max(p.target * r, MIN_SCALE), MAX_SCALE) for r in _RATES}
-                        | {p.target})
-        model = p.tail_model()
+        rates = ([p.target] if not p.workload.find_capacity else
+                 sorted({min(max(p.target * r, MIN_SCALE), MAX_SCALE) for r in _RATES}
+                        | {p.target}))
+        met = p.tail_model().predict([c for c in configs for _ in rates],
+                                     [s for _ in configs for s in rates]).chance_met
+        return [{s: float(met[k * len(rates) + j]) for j, s in enumerate(rates)}
+                for k in range(len(configs))]
 
-        def chance(rows: list[tuple[TrialConfig, float]]) -> list[float]:
-            met = model.predict([c for c, _ in rows], [s for _, s in rows]).chance_met
-            return [float(x) for x in met]
-
-        first = chance([(c, s) for c in configs for s in coarse])
-        curves = [dict(zip(coarse, first[k * len(coarse):(k + 1) * len(coarse)], strict=True))
-                  for k in range(n)]
-        # then _FINE rates inside the step where each chance crosses 1/2
+    def _refine(self, configs: Sequence[TrialConfig], curves: Sequence[dict[float, float]]
+                ) -> None:
+        """Add to each curve the chances at :data:`_FINE` rates inside the step of
+        :data:`_RATES` where it crosses 1/2 (where the capacity lies)."""
         fine = []
         for curve in curves:
-            lo = max([s for s in coarse if curve[s] >= 0.5], default=coarse[0])
-            hi = min([s for s in coarse if s > lo], default=lo)
+            lo = max([s for s in curve if curve[s] >= 0.5], default=min(curve))
+            hi = min([s for s in curve if s > lo], default=lo)
             fine.append([lo * (hi / lo) ** (i / (_FINE + 1)) for i in range(1, _FINE + 1)])
-        second = chance([(c, s) for c, points in zip(configs, fine, strict=True)
-                         for s in points])
+        met = self.predictor.tail_model().predict(
+            [c for c, points in zip(configs, fine, strict=True) for _ in points],
+            [s for points in fine for s in points]).chance_met
         for k, points in enumerate(fine):
-            curves[k].update(zip(points, second[k * _FINE:(k + 1) * _FINE], strict=True))
-        return ([c[p.target] for c in curves], [c[coarse[0]] for c in curves],
-                [capacity_hint(sorted(c), [c[s] for s in sorted(c)]) for c in curves])
+            curves[k].update({s: float(met[k * _FINE + i]) for i, s in enumerate(points)})
 
     def cost(self, hint: CapacityHint | None) -> float:
         """The predicted GPU-hours of a trial whose capacity reading starts at ``hint``: the
@@ -227,17 +228,25 @@ class Guide:
                                                                    Standard]:
         """Every unmeasured config weighed against the incumbent (module doc, steps 1-3); the
         incumbent's value (None: no config measured meets the SLO at any rate) and standard."""
-        at_target, at_some, hints = self.chances([p.config for p in unmeasured])
+        configs = [p.config for p in unmeasured]
+        curves = self._curves(configs)
+        capacity = self.predictor.workload.find_capacity
         best, standard = self.incumbent(), Standard.AT_TARGET
-        if best is None and self.predictor.workload.find_capacity:
+        if best is None and capacity:
             best, standard = self.best_value(Standard.AT_SOME_RATE), Standard.AT_SOME_RATE
-        chances = at_target if standard is Standard.AT_TARGET else at_some
-        if self.predictor.too_long:  # a request longer than max_model_len fails everywhere
-            chances = [0.0] * len(chances)
+        at = self.predictor.target if standard is Standard.AT_TARGET else MIN_SCALE
+        chances = [0.0 if self.predictor.too_long else c[min(c, key=lambda s: abs(s - at))]
+                   for c in curves]  # a request longer than max_model_len fails everywhere
+        gains = [chance * _expected_improvement(p, best or 0.0)
+                 for p, chance in zip(unmeasured, chances, strict=True)]
+        if capacity:  # the capacity of the likeliest picks, read finer (their cost and hint)
+            top = sorted(range(len(configs)), key=lambda k: -gains[k])[:_REFINED]
+            self._refine([configs[k] for k in top], [curves[k] for k in top])
         out = []
-        for p, chance, hint in zip(unmeasured, chances, hints, strict=True):
-            out.append(Candidate(p, chance, chance * _expected_improvement(p, best or 0.0),
-                                 self.cost(hint), hint))
+        for p, chance, gain, curve in zip(unmeasured, chances, gains, curves, strict=True):
+            hint = capacity_hint(sorted(curve), [curve[s] for s in sorted(curve)]) \
+                if capacity else None
+            out.append(Candidate(p, chance, gain, self.cost(hint), hint))
         return out, best, standard
 
     # -- proposals --------------------------------------------------------------------------

@@ -254,9 +254,9 @@ def test_a_config_measured_to_miss_lowers_its_neighbours_chances_more_than_other
     configs = list(g.predictor.configs)
     measured = TrialConfig(5, False, 64, 8192)
     near, far = TrialConfig(5, False, 256, 8192), TrialConfig(1, False, 8, 2048)
-    _, before, _ = g.chances([near, far])
+    _, before = g.chances([near, far])
     g.observe(measured, _miss_everywhere(measured, 400.0))
-    _, after, _ = g.chances([near, far])
+    _, after = g.chances([near, far])
     assert after[0] < before[0] and after[1] < before[1]
     assert after[0] / before[0] < after[1] / before[1]
     assert measured in configs
