@@ -79,10 +79,18 @@ def _kernel(a: FloatArray, b: FloatArray, scale: float = GP_SCALE,
     return out
 
 
-def similarity(a: Sequence[TrialConfig], b: Sequence[TrialConfig], block: int) -> FloatArray:
+def similarity(a: Sequence[TrialConfig], b: Sequence[TrialConfig], block: int, *,
+               batching: bool = True) -> FloatArray:
     """How alike the model's errors at configs ``a`` and ``b`` are: the correlation of the
-    squared-exponential part of this module's process (1 for the same config)."""
-    out: FloatArray = _kernel(_features(a, block), _features(b, block), scale=1.0, offset=0.0)
+    squared-exponential part of this module's process (1 for the same config); with
+    ``batching`` False, along the knobs that change what one step computes alone (the window,
+    adaptive verification), the batching caps (``max_num_seqs``, ``max_num_batched_tokens``)
+    taken as alike: for an error in the step's own cost, where the caps only choose which
+    batches and chunks run."""
+    fa, fb = _features(a, block), _features(b, block)
+    if not batching:
+        fa[:, _BATCHING_AXES], fb[:, _BATCHING_AXES] = 0.0, 0.0
+    out: FloatArray = _kernel(fa, fb, scale=1.0, offset=0.0)
     return out
 
 

@@ -263,8 +263,8 @@ class Guide:
         typical = sum(self.cost(c.hint) for c in weighed) / len(weighed)
 
         def worth(c: Candidate) -> float:
-            scale = best if best is not None else _expected_improvement(c.prediction, 0.0)
-            return c.gain / scale * typical / c.cost
+            relative = c.gain / best if best is not None else c.chance
+            return relative * typical / c.cost
 
         choice = max(weighed, key=lambda c: (worth(c), c.prediction.value))
         gain = worth(choice)
