@@ -41,7 +41,7 @@ from autotune.predict import Observation, Prediction, Predictor
 from autotune.predict.facts import Facts, UndescribedReplica, describe_replica
 from autotune.search.sampler import create_tpe
 from autotune.search.strategy import Proposal, Strategy, StrategySetup
-from autotune.slo import MAX_SCALE, MIN_SCALE
+from autotune.slo import MAX_SCALE, MIN_SCALE, predicted_readings
 from autotune.types import CapacityHint, Measurement, Request, TrialConfig
 
 __all__ = ["Candidate", "Guide", "GuideDecision", "GuidedStrategy", "create_guided",
@@ -213,10 +213,8 @@ class Guide:
         """The predicted GPU-hours of a trial whose capacity reading starts at ``hint``: the
         mean server start of the trials so far and the readings that reading is predicted to
         take (the capacity reading's own prediction,
-        :func:`~autotune.orchestrate.capacity.predicted_readings`), each as long as the trials'
+        :func:`~autotune.slo.predicted_readings`), each as long as the trials'
         mean reading; 1 before any trial recorded its cost."""
-        from autotune.orchestrate.capacity import predicted_readings
-
         if not self.costs:
             return 1.0
         start = sum(s for s, _ in self.costs) / len(self.costs)
