@@ -346,7 +346,8 @@ class Search(_Model):
                     "(tpe, random, gp: Gaussian process, needs torch), or grid (every config).")
     epsilon: float = Field(
         default=0.005, ge=0,
-        description="guided: stop when the predicted remaining gain is below this.")
+        description="guided: stop when the best expected improvement left (relative, per trial "
+                    "of typical cost) is below this.")
 
 
 #: The peak window of a plan when the policy sets none (see ``plan.peak_window``).

@@ -35,9 +35,11 @@ if TYPE_CHECKING:  # numpy is imported where arrays are judged: read-only comman
     FloatArray = npt.NDArray[np.float64]
     BoolArray = npt.NDArray[np.bool_]
 
+    from autotune.types import CapacityHint
+
 __all__ = ["KEPT_UP", "MAX_SCALE", "MIN_SCALE", "P99_CONFIDENCE", "RESOLUTION", "Slo", "SloCheck",
-           "SloVerdict", "itl_independent_gaps", "margin_from_summary", "p99_interval_ms",
-           "quantile_ms", "values_to_bound"]
+           "SloVerdict", "first_step", "itl_independent_gaps", "margin_from_summary",
+           "p99_interval_ms", "predicted_readings", "quantile_ms", "values_to_bound"]
 
 #: The percentile the SLO bounds (as a fraction).
 SLO_QUANTILE = 0.99
@@ -54,6 +56,26 @@ MIN_SCALE, MAX_SCALE = 1 / 64, 64.0
 #: within this fraction of each other (so a capacity lies within this fraction above the rate
 #: it kept, when the rate above was not read).
 RESOLUTION = 0.02
+
+
+def first_step(hint: CapacityHint | None) -> float | None:
+    """The factor of the first step away from a hinted start: one standard deviation of the
+    hint's log, at least 4 × :data:`RESOLUTION` and at most 4× (None: no hint, the ladder
+    doubles or quadruples up and halves down)."""
+    if hint is None or not math.isfinite(hint.log_sd):
+        return None
+    return min(max(math.exp(abs(hint.log_sd)), 1 + 4 * RESOLUTION), 4.0)
+
+
+def predicted_readings(hint: CapacityHint | None, max_replays: int) -> float:
+    """How many readings a capacity reading is expected to take, before it starts: with a
+    hint, the start, one step to bracket and Brent's steps across that bracket to
+    :data:`RESOLUTION` (one halving each at worst); without one, every replay allowed."""
+    step = first_step(hint)
+    if step is None:
+        return float(max_replays)
+    return min(float(max_replays),
+               2.0 + math.ceil(math.log2(math.log(step) / math.log1p(RESOLUTION))))
 
 
 #: One-sided confidence of a verdict: *met* says the p99 is within its bound, *missed* that it is

@@ -56,11 +56,19 @@ from typing import NamedTuple
 
 from autotune.backends import Replica
 from autotune.orchestrate.capacity_window import SETTLE_LIFETIMES, settle_margin, window_requests
-from autotune.slo import KEPT_UP, MAX_SCALE, MIN_SCALE, RESOLUTION, values_to_bound
+from autotune.slo import (
+    KEPT_UP,
+    MAX_SCALE,
+    MIN_SCALE,
+    RESOLUTION,
+    first_step,
+    predicted_readings,
+    values_to_bound,
+)
 from autotune.types import CapacityHint, Measurement, Progress, ReplaySchedule, Request, Slo
 
-__all__ = ["KEPT_UP", "MAX_SCALE", "MIN_SCALE", "RESOLUTION", "kept_up", "replay_at_capacity",
-           "replay_margin"]
+__all__ = ["KEPT_UP", "MAX_SCALE", "MIN_SCALE", "RESOLUTION", "kept_up", "predicted_readings",
+           "replay_at_capacity", "replay_margin"]
 
 #: :func:`replay_margin` of a replay that missed the SLO by failed requests, not by a p99.
 FAILED_MARGIN = math.log(2.0)
@@ -178,29 +186,15 @@ def _refine(run: Callable[[float], bool], tried: dict[float, _Replay], lo: float
     return max(s for s in tried if lo <= s < hi and tried[s].met)
 
 
-def _first_step(hint: CapacityHint | None) -> float | None:
-    """The factor of the first step away from a hinted start: one standard deviation of the
-    hint's log, at least 4 × :data:`RESOLUTION` and at most 4× (None: no hint, the ladder
-    doubles or quadruples up and halves down)."""
-    if hint is None or not math.isfinite(hint.log_sd):
-        return None
-    return min(max(math.exp(abs(hint.log_sd)), 1 + 4 * RESOLUTION), 4.0)
-
-
 def _predicted_busy_s(hint: CapacityHint | None, start: float, window_s: float | None,
                       sample_span_s: float, max_replays: int) -> float:
     """Replica seconds the reading is expected to spend, before it starts: its readings, each
     the window at the start rate plus one drain (a quarter of a sustained window; module doc of
-    :mod:`~autotune.orchestrate.capacity_window`). With a hint: the start, one step to bracket
-    and Brent's steps across that bracket to :data:`RESOLUTION` (one halving each at worst);
-    without one: every replay allowed."""
+    :mod:`~autotune.orchestrate.capacity_window`), as many as
+    :func:`~autotune.slo.predicted_readings`."""
     span = sample_span_s / start if sample_span_s > 0 else math.nan
     per = min(window_s, span) if window_s is not None else span
-    step = _first_step(hint)
-    readings = (float(max_replays) if step is None else
-                min(float(max_replays), 2.0 + math.ceil(math.log2(math.log(step)
-                                                                   / math.log1p(RESOLUTION)))))
-    return readings * per * (1.0 + 1.0 / SETTLE_LIFETIMES)
+    return predicted_readings(hint, max_replays) * per * (1.0 + 1.0 / SETTLE_LIFETIMES)
 
 
 def _tag(scale: float, readings: list[tuple[float, _Replay]], feasible: bool,
@@ -278,7 +272,7 @@ def replay_at_capacity(replica: Replica, schedule: ReplaySchedule, slo: Slo,
         tried[scale] = read(scale, window)
         return tried[scale].met
 
-    step = _first_step(hint)
+    step = first_step(hint)
     scale = (min(max(hint.scale, MIN_SCALE), MAX_SCALE) if hint is not None and step is not None
              else schedule.time_scale)
     predicted = _predicted_busy_s(hint, scale, window, _arrival_span(schedule), max_replays)

@@ -68,7 +68,6 @@ from autotune.predict.residual import (
 from autotune.predict.step_cost import StepCostModel
 from autotune.predict.tail import TailModel
 from autotune.predict.workload import ConfigGrid, ReplicaFactors, WorkloadModel
-from autotune.slo import MIN_SCALE
 from autotune.types import Request, Slo, TrialConfig
 
 __all__ = ["Prediction", "Predictor"]
@@ -96,15 +95,6 @@ class Prediction:
     log_sd: float
     risk: float             # probability the config misses the SLOs (infeasible)
     detail: Mapping[str, float] = field(default_factory=dict)
-    #: with the capacity reading, the probability it misses the SLOs at every rate the
-    #: reading tries, down to the slowest (it has no capacity at all); else None
-    risk_any_rate: float | None = None
-
-    @property
-    def reach_risk(self) -> float:
-        """:attr:`risk_any_rate` when known, else :attr:`risk`."""
-        return self.risk if self.risk_any_rate is None else self.risk_any_rate
-
 
 
 @dataclass(frozen=True)
@@ -393,12 +383,8 @@ class Predictor:
         out = members[0].out
         sd = np.sqrt(var)
         risk = 1.0 - _normal_cdf(margin / np.sqrt(margin_var))
-        # no capacity at all: a margin below the slowest rate's, halfway to a miss there
-        # (a miss at every rate reads 1 below the slowest rate tried: _model_margin)
-        floor = math.log(MIN_SCALE / self.target) - 0.5
-        risk_any = 1.0 - _normal_cdf((margin - floor) / np.sqrt(margin_var))
         if self.too_long:
-            risk = risk_any = np.ones_like(risk)
+            risk = np.ones_like(risk)
         preds = {}
         for i, c in enumerate(grid_all):
             preds[c] = Prediction(
@@ -412,8 +398,7 @@ class Predictor:
                         "tokens_per_step": float(out.tokens_per_step[i]),
                         "itl_p99_ms": float(out.itl_p99_ms[i]),
                         "ttft_p99_ms": float(out.ttft_p99_ms[i]),
-                        "fits": float(len(members))},
-                risk_any_rate=float(risk_any[i]) if self.workload.find_capacity else None)
+                        "fits": float(len(members))})
         self._predictions = preds
 
     def _member(self, fit: _Fit, grid_all: Sequence[TrialConfig]) -> _Member:
@@ -478,7 +463,7 @@ class Predictor:
         the current best fit, calibrated on every reading of every run measured."""
         self.predict()
         return TailModel.fit(self.workload, self.cost, self.factors, self.slo,
-                             [t for o in self.measured for t in o.tails])
+                             [t for o in self.measured for t in o.tails], block=self.block)
 
     def predict(self) -> dict[TrialConfig, Prediction]:
         """Predictions for every candidate (and every measured config), refitting if needed."""

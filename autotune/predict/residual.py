@@ -21,7 +21,7 @@ from autotune.types import Slo, TrialConfig
 
 __all__ = ["CAP_BINDS", "GP_NOISE", "GP_OFFSET", "GP_SCALE", "MARGIN_NOISE", "MARGIN_SCALE",
            "MORE_SLOTS_LOSS", "Residual", "binding_tail", "fit_margin", "fit_residual",
-           "novel_regime", "uncapped", "unpinned"]
+           "novel_regime", "similarity", "uncapped", "unpinned"]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -76,6 +76,21 @@ def _kernel(a: FloatArray, b: FloatArray, scale: float = GP_SCALE,
     if share:
         full = (1.0 - share) * full + share * np.exp(-0.5 * d2[:, :, _BATCHING_AXES].sum(axis=2))
     out: FloatArray = offset**2 + scale**2 * full
+    return out
+
+
+def similarity(a: Sequence[TrialConfig], b: Sequence[TrialConfig], block: int, *,
+               batching: bool = True) -> FloatArray:
+    """How alike the model's errors at configs ``a`` and ``b`` are: the correlation of the
+    squared-exponential part of this module's process (1 for the same config); with
+    ``batching`` False, along the knobs that change what one step computes alone (the window,
+    adaptive verification), the batching caps (``max_num_seqs``, ``max_num_batched_tokens``)
+    taken as alike: for an error in the step's own cost, where the caps only choose which
+    batches and chunks run."""
+    fa, fb = _features(a, block), _features(b, block)
+    if not batching:
+        fa[:, _BATCHING_AXES], fb[:, _BATCHING_AXES] = 0.0, 0.0
+    out: FloatArray = _kernel(fa, fb, scale=1.0, offset=0.0)
     return out
 
 

@@ -23,9 +23,16 @@ interval and the chance each meets its bound. Three layers, each a mechanism:
 3. **Calibration** (:class:`_Residual`). What the physics still gets wrong is learned from every
    reading of every rate the runs made (each trial reads several rates): the log ratio of
    each measured p99 to the physics' median, with the sampling spread of step 2 as its known
-   noise, is a Gaussian process: a workload-wide offset, a trend in log rate, a per-config
-   effect, a reading-to-reading nugget, and an error in where the knee is — the model's
-   capacity off by a log factor (workload-wide and per config), which a reading feels through
+   noise, is a Gaussian process: a workload-wide offset, a trend along the load (the
+   physics' rise of the log p99 over its light-load level: 0 at light load, where the rate
+   barely moves a p99, so loaded readings do not extrapolate there), a config effect that
+   configs of similar windows share (an error in the step's own cost: the predictor's residual
+   kernel along the window, :func:`~autotune.predict.residual.similarity`; a config read to
+   miss lowers its neighbours' chances), a heavy-tailed reading-to-reading nugget (a reading
+   the rest cannot explain takes its own extra variance rather than widening every
+   reading's), and an error in where the knee is — the
+   model's capacity off by a log factor (workload-wide and per config), which a reading feels
+   through
    the physics' elasticity d log p99 / d log rate there (near saturation a p99 moves many times
    faster than the rate, far below it hardly at all). The three sizes are chosen by maximum
    marginal likelihood under a log-normal prior. The prefill speed is calibrated with them: the
@@ -53,10 +60,11 @@ import numpy.typing as npt
 
 from autotune.predict.numerics import count_le, weighted_quantile
 from autotune.predict.replica import latency, measured_ttft
+from autotune.predict.residual import similarity
 from autotune.predict.steady_state import solve_steady_state
 from autotune.predict.step_cost import COST_PARTS, UNKNOWN_HARDWARE_SD, StepCostModel
 from autotune.predict.workload import ConfigGrid, ReplicaFactors, WorkloadModel
-from autotune.slo import SLO_QUANTILE
+from autotune.slo import MIN_SCALE, SLO_QUANTILE
 from autotune.types import Slo, TrialConfig
 
 __all__ = ["TAILS", "TailForecast", "TailModel", "TailReading", "replay_tail_keys",
@@ -66,7 +74,8 @@ FloatArray = npt.NDArray[np.float64]
 
 #: The two tails an SLO bounds, by the summary key of their p99 (ms).
 TAILS = ("itl_p99_ms", "ttft_p99_ms")
-#: Prior sd (log) of the calibration's workload-wide offset and of its trend per unit log rate,
+#: Prior sd (log) of the calibration's workload-wide offset and of its trend per unit of the
+#: physics' rise of the log p99 over light load (:func:`_rise`),
 #: on hardware the facts describe (widened by UNKNOWN_HARDWARE_SD where they do not).
 _OFFSET_SD, _TREND_SD = 0.5, 0.25
 #: The log-normal prior of the per-config and reading-to-reading error sizes: median, sd (log).
@@ -84,6 +93,8 @@ _ELASTICITY_STEP, _MAX_ELASTICITY = 0.1, 20.0
 _UNBOUNDED_S = 1e6
 #: A reading's sampling sd (log) is at least this (a p99 printed to the millisecond, drift).
 _MIN_SAMPLING_SD = 0.01
+#: Degrees of freedom of the heavy-tailed nugget (:func:`_outlier_var`).
+_NUGGET_DOF = 4.0
 
 
 def replay_tail_keys(i: int) -> tuple[str, str]:
@@ -279,13 +290,21 @@ def _spread(tail: str, ph: _Physics, mean: FloatArray, var: FloatArray) -> _Spre
 
 @dataclass(frozen=True)
 class _Sites:
-    """Where readings (or forecasts) sit for the calibration: the config, the log rate
-    (centred) and the physics' elasticity d log p99 / d log rate there."""
+    """Where readings (or forecasts) sit for the calibration: the config, the load (the
+    physics' rise of the log p99 over its light-load level there: :func:`_rise`) and the
+    physics' elasticity d log p99 / d log rate there."""
 
     configs: tuple[TrialConfig, ...]
     z: FloatArray
     slope: FloatArray
     share: FloatArray  # the p99's share owed to stalls (ITL) or waiting (TTFT): _Physics.share
+    block: int = 1     # the draft block the window is measured in (residual.similarity)
+
+    def alike(self, other: _Sites) -> FloatArray:
+        """How alike the physics' errors at two configs are (:func:`residual.similarity`
+        along the window: an error in the step's own cost; which batches and chunks the
+        batching caps let run is the physics')."""
+        return similarity(self.configs, other.configs, self.block, batching=False)
 
     def same(self, other: _Sites) -> FloatArray:
         index: dict[TrialConfig, int] = {}
@@ -301,17 +320,16 @@ class _Basis:
     sizes (computed once, combined for every size the calibration tries)."""
 
     parts: FloatArray  # shared offsets, weighed by each site's make-up of the tail
-    trend: FloatArray  # the trend in log rate
-    same: FloatArray   # the per-config effect
+    trend: FloatArray  # the trend along the load (_rise)
+    alike: FloatArray  # the config effect, shared by similar configs
     knee: FloatArray   # the knee's error, felt through the elasticities
 
     @classmethod
     def of(cls, a: _Sites, b: _Sites) -> _Basis:
-        same = a.same(b)
         parts = np.outer(a.share, b.share) + np.outer(1.0 - a.share, 1.0 - b.share)
-        knee = np.outer(a.slope, b.slope) * (1.0 + same)
-        return cls(parts.astype(np.float64), np.outer(a.z, b.z).astype(np.float64), same,
-                   knee.astype(np.float64))
+        knee = np.outer(a.slope, b.slope) * (1.0 + a.same(b))
+        return cls(parts.astype(np.float64), np.outer(a.z, b.z).astype(np.float64),
+                   a.alike(b), knee.astype(np.float64))
 
 
 @dataclass(frozen=True)
@@ -331,21 +349,21 @@ class _Sizes:
     def combine(self, basis: _Basis) -> FloatArray:
         """The covariance with these sizes from its size-free parts."""
         out: FloatArray = (self.offset**2 * basis.parts + _TREND_SD**2 * basis.trend
-                           + self.config**2 * basis.same + self.knee**2 * basis.knee)
+                           + self.config**2 * basis.alike + self.knee**2 * basis.knee)
         return out
 
 
 @dataclass(frozen=True)
 class _Residual:
     """The calibration of one tail: log(measured / physics median) as a Gaussian process over
-    readings — a workload-wide offset, a trend in log rate, a per-config effect, an error in
-    where the knee is (workload-wide and per config; a reading feels it by the physics'
+    readings — a workload-wide offset, a trend along the load, a config effect similar configs
+    share, an error in where the knee is (workload-wide and per config; a reading feels it by
+    the physics'
     elasticity there: near saturation a p99 moves many times faster than the rate) and a
     reading-to-reading nugget — with each reading's sampling variance as its own known noise.
     Predicts a new reading's residual (mean, variance)."""
 
     sites: _Sites
-    centre: float
     alpha: FloatArray      # K⁻¹ e
     chol: FloatArray       # Cholesky factor of K
     sizes: _Sizes
@@ -353,42 +371,30 @@ class _Residual:
     evidence: float = 0.0
 
     @classmethod
-    def fit(cls, configs: Sequence[TrialConfig], log_rate: FloatArray, slope: FloatArray,
+    def fit(cls, configs: Sequence[TrialConfig], rise: FloatArray, slope: FloatArray,
             share: FloatArray, error: FloatArray, noise_var: FloatArray,
-            offset: float = _OFFSET_SD) -> _Residual:
-        centre = float(log_rate.mean()) if log_rate.size else 0.0
-        sites = _Sites(tuple(configs), log_rate - centre, slope, share)
-        median, prior_sd = _SIZE_PRIOR
-        best: tuple[float, _Sizes] | None = None
+            offset: float = _OFFSET_SD, block: int = 1) -> _Residual:
+        sites = _Sites(tuple(configs), rise, slope, share, block)
         basis = _Basis.of(sites, sites)
-        for config in _SIZES:
-            for nugget in _SIZES:
-                for knee in _SIZES:
-                    sizes = _Sizes(float(config), float(nugget), float(knee), offset)
-                    cov = sizes.combine(basis) + np.diag(nugget**2 + noise_var)
-                    try:
-                        chol = np.linalg.cholesky(cov)
-                    except np.linalg.LinAlgError:
-                        continue
-                    a = np.linalg.solve(chol, error)
-                    score = (-0.5 * float(a @ a) - float(np.log(np.diag(chol)).sum())
-                             - 0.5 * sum((math.log(v / median) / prior_sd) ** 2
-                                         for v in (config, nugget, knee)))
-                    if best is None or score > best[0]:
-                        best = (score, sizes)
-        evidence, sizes = best if best is not None else (0.0, _Sizes(median, median, median,
-                                                                      offset))
+        evidence, sizes = _best_sizes(basis, error, noise_var, offset)
         if not error.size:
-            return cls(sites, centre, np.zeros(0), np.zeros((0, 0)), sizes)
+            return cls(sites, np.zeros(0), np.zeros((0, 0)), sizes)
+        # the nugget is heavy-tailed (Student-t, by one EM step): a reading the rest cannot
+        # explain (a knee the physics puts elsewhere, a shape it gets wrong) takes the extra
+        # variance its own leave-one-out residual asks for, instead of widening every reading's
+        # nugget — which would let a tightly measured light-load reading barely move a forecast
+        noise_var = noise_var + _outlier_var(sizes.cross(sites, sites), sizes.nugget,
+                                             error, noise_var)
+        evidence, sizes = _best_sizes(basis, error, noise_var, offset)
         chol = np.linalg.cholesky(sizes.cross(sites, sites)
                                   + np.diag(sizes.nugget**2 + noise_var))
         alpha: FloatArray = np.linalg.solve(chol.T, np.linalg.solve(chol, error))
-        return cls(sites, centre, alpha, np.asarray(chol, dtype=np.float64), sizes, evidence)
+        return cls(sites, alpha, np.asarray(chol, dtype=np.float64), sizes, evidence)
 
-    def predict(self, configs: Sequence[TrialConfig], log_rate: FloatArray,
+    def predict(self, configs: Sequence[TrialConfig], rise: FloatArray,
                 slope: FloatArray, share: FloatArray) -> tuple[FloatArray, FloatArray]:
-        """Mean and variance of a new reading's log residual at each (config, log rate)."""
-        at = _Sites(tuple(configs), log_rate - self.centre, slope, share)
+        """Mean and variance of a new reading's log residual at each (config, load)."""
+        at = _Sites(tuple(configs), rise, slope, share, self.sites.block)
         prior = np.diag(self.sizes.cross(at, at)) + self.sizes.nugget**2
         if not self.sites.configs:
             return np.zeros(len(configs)), prior
@@ -397,6 +403,46 @@ class _Residual:
         v = np.linalg.solve(self.chol, cross.T)
         var: FloatArray = np.maximum(prior - (v * v).sum(axis=0), self.sizes.nugget**2)
         return mean, var
+
+
+def _best_sizes(basis: _Basis, error: FloatArray, noise_var: FloatArray, offset: float
+                ) -> tuple[float, _Sizes]:
+    """The error sizes of highest log marginal likelihood (with their log-normal prior) of
+    ``error`` whose known noise is ``noise_var``, and that score."""
+    median, prior_sd = _SIZE_PRIOR
+    best: tuple[float, _Sizes] | None = None
+    for config in _SIZES:
+        for nugget in _SIZES:
+            for knee in _SIZES:
+                sizes = _Sizes(float(config), float(nugget), float(knee), offset)
+                cov = sizes.combine(basis) + np.diag(nugget**2 + noise_var)
+                try:
+                    chol = np.linalg.cholesky(cov)
+                except np.linalg.LinAlgError:
+                    continue
+                a = np.linalg.solve(chol, error)
+                score = (-0.5 * float(a @ a) - float(np.log(np.diag(chol)).sum())
+                         - 0.5 * sum((math.log(v / median) / prior_sd) ** 2
+                                     for v in (config, nugget, knee)))
+                if best is None or score > best[0]:
+                    best = (score, sizes)
+    return best if best is not None else (0.0, _Sizes(median, median, median, offset))
+
+
+def _outlier_var(cross: FloatArray, nugget: float, error: FloatArray, noise_var: FloatArray
+                 ) -> FloatArray:
+    """Per reading, the variance a Student-t nugget (:data:`_NUGGET_DOF` degrees of freedom)
+    adds to it, by one EM step from the Gaussian fit: its nugget and sampling variance scaled
+    by (dof + z²) / (dof + 1) - 1 where z is its leave-one-out residual in units of its
+    leave-one-out sd; 0 for a reading no worse than 1 sd off."""
+    if not error.size:
+        return np.zeros(0)
+    inv = np.linalg.inv(cross + np.diag(nugget**2 + noise_var))
+    d = np.maximum(np.diag(inv), 1e-300)
+    z2 = (inv @ error / d) ** 2 * d  # LOO residual² / LOO variance
+    extra = np.maximum((_NUGGET_DOF + z2) / (_NUGGET_DOF + 1.0) - 1.0, 0.0)
+    out: FloatArray = extra * (nugget**2 + noise_var)
+    return out
 
 
 @dataclass(frozen=True)
@@ -431,15 +477,16 @@ class TailModel:
 
     @classmethod
     def fit(cls, workload: WorkloadModel, cost: StepCostModel, factors: ReplicaFactors,
-            slo: Slo, readings: Sequence[TailReading]) -> TailModel:
+            slo: Slo, readings: Sequence[TailReading], *, block: int) -> TailModel:
         """Calibrate both tails on ``readings`` (those the physics can replay), with the
-        prefill speed that explains them best (:func:`_with_prefill`)."""
+        prefill speed that explains them best (:func:`_with_prefill`); ``block``: the draft
+        block, which says how alike two windows are (:func:`residual.similarity`)."""
         rows = list(readings)
         best: tuple[float, TailModel] | None = None
         sd = float(cost.prior_sd()[COST_PARTS.index("tokens")])
         for step in (_PREFILL_STEPS if rows else (0.0,)):
             moved = _with_prefill(cost, step)
-            residuals = _calibrate(workload, moved, factors, rows)
+            residuals = _calibrate(workload, moved, factors, rows, block)
             score = sum(r.evidence for r in residuals.values()) - 0.5 * (step / sd) ** 2
             if best is None or score > best[0]:
                 best = (score, cls(workload, moved, factors, slo, residuals))
@@ -455,10 +502,13 @@ class TailModel:
         scale = _scales(self.workload, rows)
         ph = _physics(self.workload, list(configs), scale, self.cost, self.factors)
         slopes = _elasticity(self.workload, list(configs), scale, self.cost, self.factors, ph)
+        zero = np.zeros(len(rows))
+        rises = _rise(self.workload, list(configs), self.cost, self.factors,
+                      {t: _spread(t, ph, zero, zero).quantile(0.5) for t in TAILS})
         tail_q = (1.0 - level) / 2.0
         median, low, high, chance = {}, {}, {}, {}
         for tail in TAILS:
-            mean, var = self.residuals[tail].predict(list(configs), np.log(scale),
+            mean, var = self.residuals[tail].predict(list(configs), rises[tail],
                                                      slopes[tail], ph.share(tail))
             spread = _spread(tail, ph, mean, var)
             median[tail] = np.exp(spread.quantile(0.5)) * 1000.0
@@ -482,11 +532,13 @@ def _with_prefill(cost: StepCostModel, step: float) -> StepCostModel:
 
 
 def _calibrate(workload: WorkloadModel, cost: StepCostModel, factors: ReplicaFactors,
-               rows: Sequence[TailReading]) -> dict[str, _Residual]:
+               rows: Sequence[TailReading], block: int) -> dict[str, _Residual]:
     """Both tails' calibration (:class:`_Residual`) on ``rows`` with ``cost``."""
     configs = [r.config for r in rows]
     scale = _scales(workload, rows)
     medians = _physics_medians(workload, configs, scale, cost, factors) if rows else None
+    rises = (_rise(workload, configs, cost, factors, {t: medians[t][0] for t in TAILS})
+             if medians is not None else None)
     residuals: dict[str, _Residual] = {}
     for tail in TAILS:
         keep, error, noise = [], [], []
@@ -498,12 +550,15 @@ def _calibrate(workload: WorkloadModel, cost: StepCostModel, factors: ReplicaFac
                     keep.append(i)
                     error.append(math.log(y / 1000.0) - med[i])
                     noise.append(max((q84[i] - q16[i]) / 2.0, _MIN_SAMPLING_SD) ** 2)
-        slope, share = ((medians[tail][3][keep], medians[tail][4][keep])
-                        if medians is not None else (np.zeros(0), np.zeros(0)))
+        rise, slope, share = ((rises[tail][keep], medians[tail][3][keep],
+                               medians[tail][4][keep])
+                              if medians is not None and rises is not None
+                              else (np.zeros(0), np.zeros(0), np.zeros(0)))
         residuals[tail] = _Residual.fit(
-            [configs[i] for i in keep], np.log(scale[keep]), slope, share,
+            [configs[i] for i in keep], rise, slope, share,
             np.asarray(error), np.asarray(noise),
-            offset=_OFFSET_SD * (1.0 if cost.facts.hardware.known else UNKNOWN_HARDWARE_SD))
+            offset=_OFFSET_SD * (1.0 if cost.facts.hardware.known else UNKNOWN_HARDWARE_SD),
+            block=block)
     return residuals
 
 
@@ -521,6 +576,26 @@ def _physics_medians(wl: WorkloadModel, configs: Sequence[TrialConfig], scale: F
         spread = _spread(tail, ph, zero, zero)
         out[tail] = (spread.quantile(0.5), spread.quantile(0.16), spread.quantile(0.84),
                      slopes[tail], ph.share(tail))
+    return out
+
+
+def _rise(wl: WorkloadModel, configs: Sequence[TrialConfig], cost: StepCostModel,
+          factors: ReplicaFactors, median: Mapping[str, FloatArray]) -> dict[str, FloatArray]:
+    """Per tail, how far the physics' log median p99 at each row (``median``) is above the
+    config's at light load (the slowest rate a capacity reading tries, :data:`MIN_SCALE`): the
+    load-driven part of the p99, along which the calibration's trend runs (0 at light load,
+    where the rate barely moves a p99, so readings at loaded rates do not extrapolate there;
+    0 in a closed loop, whose load is the concurrency)."""
+    if wl.mode == "closed" or not configs:
+        return {tail: np.zeros(len(configs)) for tail in TAILS}
+    unique = list(dict.fromkeys(configs))
+    ph = _physics(wl, unique, np.full(len(unique), MIN_SCALE), cost, factors)
+    zero = np.zeros(len(unique))
+    index = np.asarray([unique.index(c) for c in configs])
+    out = {}
+    for tail in TAILS:
+        light = _spread(tail, ph, zero, zero).quantile(0.5)[index]
+        out[tail] = np.maximum(np.nan_to_num(median[tail] - light), 0.0)
     return out
 
 

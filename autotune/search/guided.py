@@ -1,35 +1,26 @@
-"""Acceptance-guided search: run only the configs the predictor says can still win.
+"""Acceptance-guided search: read the config whose expected improvement per GPU-hour is
+highest, until none is worth its cost.
 
 The loop, per workload, after the baseline trial (which doubles as the profiling run: its
 acceptance counters calibrate the head, its step times and p99s fit the cost model):
 
-1. the predictor scores every candidate config (objective with an interval, and the chance it
-   meets the SLO at the rate to serve); on hardware the facts do not describe, the second run
-   is first the space's smallest window (:meth:`Guide._window_probe`);
-2. a candidate whose chance of meeting the SLO is below :data:`MIN_CHANCE` given the evidence
-   (every measured miss lowers its neighbours' chances), or that is at least as slow as a
-   config that missed the SLO at every rate down to light load (:meth:`Guide.ruled_out`),
-   is not run, nor one whose optimistic
-   prediction (95th percentile) cannot beat the incumbent — the value of the best measured
-   config (:func:`autotune.objective.rank_measured`: every reading met the SLO at the rate to
-   serve, the mean of its readings);
-3. among the rest, the one with the highest expected improvement over the incumbent (the best
-   predicted config when none met the SLO yet) is run next;
-4. each measurement updates the predictor (acceptance calibration, cost fit, residuals);
-5. the search stops when the predicted remaining gain — the largest expected improvement
-   left, relative to the incumbent — is below the policy's ``search.epsilon``, when nothing
-   left can meet the SLO, or when the budget is spent.
-
-When no config measured so far meets the SLO at the rate to serve and no candidate has the
-chance to, the rate is out of reach of this replica: the result will be infeasible whatever is
-run, and what is left to find is the config with the most capacity (the fewest replicas to
-serve the rate). The search then ranks and stops on the predicted value alone, with the best
-config measured at some rate as the incumbent, and its reasons say so.
-When, in addition, no config measured meets the SLO at any rate tried (there is no capacity
-to rank), the search reads the config most likely to meet it at some rate (down to the capacity
-reading's slowest), and after :data:`NO_RATE_STOP` such configs stops once no unmeasured one
-has :data:`MIN_CHANCE` of meeting it at any rate and every prefill chunk's shortest steps
-(the smallest window) were read, and says the SLO is out of the replica's reach.
+1. the predictor scores every unmeasured config: its objective as a log-normal prediction
+   (:class:`~autotune.predict.Prediction`), and the tail model
+   (:meth:`~autotune.predict.Predictor.tail_model`, calibrated on every reading of every rate
+   the runs made) the chance a reading meets the SLO at the rate to serve and at the slowest
+   rate a capacity reading tries (the chance it has any capacity at all);
+2. each candidate's expected improvement over the incumbent is E[max(0, V - incumbent)] times
+   the chance it meets the SLO by the incumbent's standard (:meth:`Guide.incumbent`): at the
+   rate to serve when a measured config serves it, else at some rate (the rate is out of reach
+   of every config measured: what is left to find is the most capacity, the fewest replicas);
+3. its cost is predicted in GPU-hours (:meth:`Guide.cost`: a server start and the replay of a
+   capacity reading that starts at the predicted capacity, :class:`CapacityHint`), and the
+   candidate with the highest expected improvement per GPU-hour is read next, with that hint;
+4. the one stop rule: the search stops when that best expected improvement, relative to the
+   incumbent (before any config met the SLO, to the value it would find) and per trial of the
+   cost the search has seen, is below the policy's ``search.epsilon`` — which covers
+   candidates that cannot beat the incumbent, configs the tail model says miss the SLO at
+   every rate, and an SLO out of the replica's reach at any rate.
 
 :class:`Guide` holds that state for one workload; :class:`GuidedStrategy` is the ``guided``
 strategy of :mod:`autotune.search.strategy` built on it.
@@ -40,32 +31,21 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterable, Mapping, Sequence, Set
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from autotune.acceptance import HeadCalibration
+from autotune.cost import trial_cost
 from autotune.objective import Outcome, Standard, met_at_some_rate, rank_measured
 from autotune.policy import Policy
 from autotune.predict import Observation, Prediction, Predictor
 from autotune.predict.facts import Facts, UndescribedReplica, describe_replica
 from autotune.search.sampler import create_tpe
 from autotune.search.strategy import Proposal, Strategy, StrategySetup
-from autotune.types import Measurement, Request, TrialConfig
+from autotune.slo import MAX_SCALE, MIN_SCALE, predicted_readings
+from autotune.types import CapacityHint, Measurement, Request, TrialConfig
 
-__all__ = ["LIGHT_BATCH", "MIN_CHANCE", "NO_RATE_STOP", "Guide", "GuideDecision", "GuidedStrategy",
-           "create_guided", "make_guide", "policy_facts"]
-
-#: A config whose chance of meeting the SLO is below this is not run.
-MIN_CHANCE = 0.10
-
-#: A replay whose mean decode batch is at most this is light load: its p99 ITL is one decode
-#: step with (almost) nothing batched beside it, its p99 TTFT one prefill.
-LIGHT_BATCH = 2.0
-
-#: When this many configs were measured, none met the SLO at any rate tried (not even the
-#: capacity search's lowest) and no unmeasured one has :data:`MIN_CHANCE`, the search stops:
-#: there is no capacity to rank, only an SLO the replica cannot meet. (One such config may be a
-#: bad baseline; the config most likely to meet the SLO is read once before giving up.)
-NO_RATE_STOP = 2
+__all__ = ["Candidate", "Guide", "GuideDecision", "GuidedStrategy", "create_guided",
+           "make_guide", "policy_facts"]
 
 log = logging.getLogger(__name__)
 
@@ -77,41 +57,88 @@ class GuideDecision:
     config: TrialConfig | None
     reason: str
     incumbent: float | None
+    #: the best candidate's expected improvement, relative, per trial of typical cost
     remaining_gain: float
     candidates: int
-    pruned: int
+    hint: CapacityHint | None = None
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """An unmeasured config as the guide weighs it: its prediction, the chance it meets the
+    SLO by the incumbent's standard, its expected improvement over the incumbent (objective
+    units), its predicted cost (GPU-hours; 1 when no trial recorded one) and the capacity
+    reading's hint."""
+
+    prediction: Prediction
+    chance: float
+    gain: float
+    cost: float
+    hint: CapacityHint | None
+
+    @property
+    def config(self) -> TrialConfig:
+        return self.prediction.config
 
 
 def _expected_improvement(p: Prediction, incumbent: float) -> float:
-    """E[max(0, V - incumbent)] for V lognormal(log_mean, log_sd), times P(feasible)."""
+    """E[max(0, V - incumbent)] for V lognormal(log_mean, log_sd)."""
     from scipy.stats import norm
 
     mu, sd = p.log_mean, max(p.log_sd, 1e-6)
     if incumbent <= 0:
-        return math.exp(mu + sd * sd / 2.0) * (1.0 - p.risk)
+        return math.exp(mu + sd * sd / 2.0)
     d = (mu - math.log(incumbent)) / sd
     gain = math.exp(mu + sd * sd / 2.0) * float(norm.cdf(d + sd)) - incumbent * float(norm.cdf(d))
-    return max(gain, 0.0) * (1.0 - p.risk)
+    return max(gain, 0.0)
 
 
-def _likeliest_first(p: Prediction) -> tuple[float, float, float, TrialConfig]:
-    """Sort key: likeliest to meet the SLO at some rate, then at the rate to serve, then the
-    best predicted."""
-    return p.reach_risk, p.risk, -p.value, p.config
+#: The rates (× the rate to serve) the tail model is asked about: the capacity reading's range
+#: in steps of 4x; then :data:`_FINE` more inside the step where the chance crosses 1/2, so the
+#: capacity's distribution is read at steps of 4^(1/5), 32% (a narrower one reads as that wide).
+_RATES = tuple(4.0**k for k in range(-3, 4))
+_FINE = 4
+#: How many candidates, those with the largest expected improvement, get the finer reading (the
+#: others' cost is predicted from the 4x steps, which overstate the sd of their capacity).
+_REFINED = 3
+
+
+def capacity_hint(scales: Sequence[float], chances: Sequence[float]) -> CapacityHint:
+    """Where the capacity lies, from the chance a reading meets the SLO at each of ``scales``
+    (ascending): P(capacity >= s) is that chance, so its median is where the chance crosses
+    1/2 and the sd of its log half the distance between the crossings of 84% and 16%
+    (interpolated in log rate; at the ends of ``scales`` when it does not cross)."""
+    import numpy as np
+
+    log_s = np.log(np.asarray(scales, dtype=np.float64))
+    # P(capacity >= s) cannot grow with s; interpolate on the falling curve
+    met = np.minimum.accumulate(np.asarray(chances, dtype=np.float64))
+
+    def crossing(level: float) -> float:
+        return float(np.interp(-level, -met - 1e-9 * np.arange(met.size), log_s))
+
+    median = crossing(0.5)
+    sd = (crossing(0.16) - crossing(0.84)) / 2.0
+    return CapacityHint(math.exp(median), max(sd, 0.0))
 
 
 class Guide:
-    """The guided-search state of one workload: a predictor plus the stop rule."""
+    """The guided-search state of one workload: a predictor, its tail model and the stop rule
+    (see the module doc)."""
 
-    def __init__(self, predictor: Predictor, epsilon: float, *,
-                 probe_windows: bool = False) -> None:
+    def __init__(self, predictor: Predictor, epsilon: float, *, gpus: int = 1,
+                 max_replays: int = 7) -> None:
         self.predictor = predictor
         self.epsilon = epsilon
-        #: run a second window early (:meth:`_window_probe`): the hardware is not in the table
-        self.probe_windows = probe_windows
+        #: GPUs per replica (a trial's GPU-hours are its replica-hours times these)
+        self.gpus = gpus
+        #: the most readings one capacity reading takes (its cost without a hint)
+        self.max_replays = max_replays
         self.decisions: list[GuideDecision] = []
         #: every reading of every config measured (None: the trial failed), in the order told
         self.readings: dict[TrialConfig, list[Outcome | None]] = {}
+        #: (server start s, replica s per reading) of every trial that recorded its cost
+        self.costs: list[tuple[float, float]] = []
 
     # -- measurements -----------------------------------------------------------------------
     def observe(self, config: TrialConfig, outcome: Outcome | None,
@@ -123,6 +150,10 @@ class Guide:
             config, outcome.value if outcome else None,
             outcome is not None and met_at_some_rate(outcome),
             outcome.summary if outcome else None, measurement, slo=p.slo, target=p.target))
+        cost = trial_cost(outcome.summary) if outcome is not None else None
+        replays = outcome.summary.get("capacity_replays", 1.0) if outcome is not None else 1.0
+        if cost is not None and isinstance(replays, int | float) and replays >= 1:
+            self.costs.append((cost.start_s, cost.replay_s / float(replays)))
 
     def incumbent(self) -> float | None:
         """The value of the best measured config (every reading met the SLO at the rate to
@@ -136,179 +167,136 @@ class Guide:
         ranked = rank_measured(self.readings.items(), standard, self.predictor.target)
         return ranked[0].value if ranked and ranked[0].value > 0 else None
 
-    # -- proposals --------------------------------------------------------------------------
+    # -- the model's view -------------------------------------------------------------------
     def rank(self) -> list[Prediction]:
         """Every candidate by predicted value × P(feasible), best first."""
         preds = self.predictor.predict()
         return sorted((preds[c] for c in self.predictor.configs),
                       key=lambda p: (-p.value * (1.0 - p.risk), p.config))
 
+    def chances(self, configs: Sequence[TrialConfig]) -> tuple[list[float], list[float]]:
+        """Per config, the tail model's chance that a reading meets the SLO at the rate to
+        serve, and at the slowest rate a capacity reading tries (:data:`MIN_SCALE` of it: the
+        chance of any capacity; without a capacity reading, the chance at the rate replayed)."""
+        curves = self._curves(configs)
+        return [c[self.predictor.target] for c in curves], [c[min(c)] for c in curves]
+
+    def _curves(self, configs: Sequence[TrialConfig]) -> list[dict[float, float]]:
+        """Per config, the tail model's chance that a reading meets the SLO at each of
+        :data:`_RATES` × the rate to serve (within the capacity reading's range), by rate; at
+        the rate to serve alone without a capacity reading."""
+        p = self.predictor
+        rates = ([p.target] if not p.workload.find_capacity else
+                 sorted({min(max(p.target * r, MIN_SCALE), MAX_SCALE) for r in _RATES}
+                        | {p.target}))
+        met = p.tail_model().predict([c for c in configs for _ in rates],
+                                     [s for _ in configs for s in rates]).chance_met
+        return [{s: float(met[k * len(rates) + j]) for j, s in enumerate(rates)}
+                for k in range(len(configs))]
+
+    def _refine(self, configs: Sequence[TrialConfig], curves: Sequence[dict[float, float]]
+                ) -> None:
+        """Add to each curve the chances at :data:`_FINE` rates inside the step of
+        :data:`_RATES` where it crosses 1/2 (where the capacity lies)."""
+        fine = []
+        for curve in curves:
+            lo = max([s for s in curve if curve[s] >= 0.5], default=min(curve))
+            hi = min([s for s in curve if s > lo], default=lo)
+            fine.append([lo * (hi / lo) ** (i / (_FINE + 1)) for i in range(1, _FINE + 1)])
+        met = self.predictor.tail_model().predict(
+            [c for c, points in zip(configs, fine, strict=True) for _ in points],
+            [s for points in fine for s in points]).chance_met
+        for k, points in enumerate(fine):
+            curves[k].update({s: float(met[k * _FINE + i]) for i, s in enumerate(points)})
+
+    def cost(self, hint: CapacityHint | None) -> float:
+        """The predicted GPU-hours of a trial whose capacity reading starts at ``hint``: the
+        mean server start of the trials so far and the readings that reading is predicted to
+        take (the capacity reading's own prediction,
+        :func:`~autotune.slo.predicted_readings`), each as long as the trials'
+        mean reading; 1 before any trial recorded its cost."""
+        if not self.costs:
+            return 1.0
+        start = sum(s for s, _ in self.costs) / len(self.costs)
+        reading = sum(r for _, r in self.costs) / len(self.costs)
+        replay = predicted_readings(hint, self.max_replays) * reading
+        return (start + replay) / 3600.0 * self.gpus
+
+    def candidates(self, unmeasured: Sequence[Prediction]) -> tuple[list[Candidate], float | None,
+                                                                   Standard]:
+        """Every unmeasured config weighed against the incumbent (module doc, steps 1-3); the
+        incumbent's value (None: no config measured meets the SLO at any rate) and standard."""
+        configs = [p.config for p in unmeasured]
+        curves = self._curves(configs)
+        capacity = self.predictor.workload.find_capacity
+        best, standard = self.incumbent(), Standard.AT_TARGET
+        if best is None and capacity:
+            best, standard = self.best_value(Standard.AT_SOME_RATE), Standard.AT_SOME_RATE
+        at = self.predictor.target if standard is Standard.AT_TARGET else MIN_SCALE
+        chances = [0.0 if self.predictor.too_long else c[min(c, key=lambda s: abs(s - at))]
+                   for c in curves]  # a request longer than max_model_len fails everywhere
+        gains = [chance * _expected_improvement(p, best or 0.0)
+                 for p, chance in zip(unmeasured, chances, strict=True)]
+        if capacity:  # the capacity of the likeliest picks, read finer (their cost and hint)
+            top = sorted(range(len(configs)), key=lambda k: -gains[k])[:_REFINED]
+            self._refine([configs[k] for k in top], [curves[k] for k in top])
+        out = []
+        for p, chance, gain, curve in zip(unmeasured, chances, gains, curves, strict=True):
+            hint = capacity_hint(sorted(curve), [curve[s] for s in sorted(curve)]) \
+                if capacity else None
+            out.append(Candidate(p, chance, gain, self.cost(hint), hint))
+        return out, best, standard
+
+    # -- proposals --------------------------------------------------------------------------
     def propose(self, exclude: Iterable[TrialConfig] = ()) -> GuideDecision:
         """The next config to run (None: stop), never one of ``exclude`` (measured, running)."""
         skip = set(exclude) | {o.config for o in self.predictor.observations}
         unmeasured = [p for p in self.rank() if p.config not in skip]
-        best = self.incumbent()
         if not unmeasured:
-            return self._note(None, "every candidate is measured or running", best, 0.0, 0, 0)
-        live = [p for p in unmeasured if self.ruled_out(p.config) is None]
-        if not live:
-            return self._note(None, f"nothing left can meet the SLO (each of the "
-                                    f"{len(unmeasured)} unmeasured configs is at least as slow "
-                                    f"as one that missed it at every rate tried, down to light "
-                                    f"load)", best, 0.0, len(unmeasured), len(unmeasured))
-        unmeasured = live
-        probe = self._window_probe(unmeasured)
-        if probe is not None:
-            return self._note(probe.config, "profiling the drafter: the hardware is not in the "
-                                            "table, so a second window (the smallest) measures "
-                                            "what a drafted position costs", best, math.inf,
-                              len(unmeasured), 0)
-        ranked = [p for p in unmeasured if 1.0 - p.risk >= MIN_CHANCE]
-        hopeless = len(unmeasured) - len(ranked)
-        if not ranked and best is None:
-            return self._out_of_reach(unmeasured)
-        if not ranked:
-            return self._note(None, f"nothing left can meet the SLO (each of the "
-                                    f"{hopeless} unmeasured configs has a chance below "
-                                    f"{MIN_CHANCE:.0%} given the runs)", best, 0.0,
-                              len(unmeasured), hopeless)
-        if best is None:
-            return self._note(ranked[0].config, "best predicted (none measured meets the SLO "
-                                                "yet)", None, math.inf, len(ranked), hopeless)
-        return self._improve(ranked, best, len(unmeasured), "")
+            return self._note(None, "every candidate is measured or running", self.incumbent(),
+                              0.0, 0)
+        weighed, best, standard = self.candidates(unmeasured)
+        # relative to the incumbent; before any config met the SLO, to the value the
+        # candidate would find (its gain is then chance x value: the relative gain is the chance)
+        typical = sum(self.cost(c.hint) for c in weighed) / len(weighed)
 
-    def _window_probe(self, unmeasured: Sequence[Prediction]) -> Prediction | None:
-        """On hardware the facts do not describe, the best-ranked config at the space's
-        smallest window while every run so far drafted one other window; else None.
+        def worth(c: Candidate) -> float:
+            relative = c.gain / best if best is not None else c.chance
+            return relative * typical / c.cost
 
-        One window cannot split a step between the target's pass (which grows with the
-        tokens verified, steeply where compute binds, as on a CPU) and the drafter's passes
-        (one per position for a sequential drafter): the fit falls back on facts written for
-        GPUs, and on a compute-bound engine it then ranks wide windows far too high. Two
-        windows at the ends of the range measure the split.
-        """
-        if not self.probe_windows:
-            return None
-        windows = {o.config.num_speculative_tokens for o in self.predictor.observations
-                   if o.value is not None}
-        smallest = min((c.num_speculative_tokens for c in self.predictor.configs), default=None)
-        if smallest is None or len(windows) != 1 or smallest in windows:
-            return None
-        at_smallest = [p for p in unmeasured if p.config.num_speculative_tokens == smallest]
-        return at_smallest[0] if at_smallest else None
+        choice = max(weighed, key=lambda c: (worth(c), c.prediction.value))
+        gain = worth(choice)
+        context = self._context(weighed, best, standard)
+        if gain < self.epsilon:
+            return self._note(None, f"the best expected improvement left, {gain:.2%} per trial "
+                                    f"({choice.config.short()}: a {choice.chance:.0%} chance "
+                                    f"to meet the SLO {standard.value}), is below epsilon "
+                                    f"{self.epsilon:.2%}" + context, best, gain, len(weighed))
+        reason = ("highest expected improvement per GPU-hour" if best is not None
+                  else "most likely to find a config meeting the SLO")
+        return self._note(choice.config, f"{reason} ({choice.chance:.0%} chance to meet the SLO "
+                                         f"{standard.value})" + context, best, gain,
+                          len(weighed), choice.hint)
 
-    def ruled_out(self, config: TrialConfig) -> str | None:
-        """Why ``config`` cannot meet the SLO whatever the predictor says, or None.
-
-        A config that missed the SLO at every rate the capacity search tried, down to light
-        load (:data:`LIGHT_BATCH`), missed it on its unloaded step or prefill time. At light
-        load the p99 ITL is one decode step, which grows with the window; the p99 TTFT is one
-        prefill, which grows with the window and shrinks with the chunk
-        (``max_num_batched_tokens``). The p99 ITL is not monotone in the chunk: a bigger chunk
-        makes the steps a long prompt's prefill rides in slower but fewer, and when they fall
-        under 1% of the gaps the p99 drops below them (Llama-3.1-8B on one H100, code prompts:
-        window 1 x 8 sequences read a p99 ITL of 325 ms at 1/64 of the sample's rate with
-        2048-token chunks, and 174 ms at 1/61 with 8192), so an ITL miss speaks only for its
-        own chunk. The slots (``max_num_seqs``) do not bind when there are more of them than
-        the light batch; fewer only queue more (TTFT) or batch less (ITL). So a config that is
-        at least as slow on the bound that was missed (same adaptive verification) misses it
-        too.
-        """
-        slo = self.predictor.slo
-        if slo is None:
-            return None
-        for o in self.predictor.observations:
-            if not o.margin_censored or o.batch is None or o.batch > LIGHT_BATCH:
-                continue
-            a = o.config
-            if a.enable_adaptive_verification != config.enable_adaptive_verification:
-                continue
-            wider = config.num_speculative_tokens >= a.num_speculative_tokens
-            slots = config.max_num_seqs > LIGHT_BATCH or config.max_num_seqs >= a.max_num_seqs
-            if (slo.itl_p99_ms is not None and o.itl_p99_ms is not None
-                    and o.itl_p99_ms > slo.itl_p99_ms and wider and slots
-                    and config.max_num_batched_tokens == a.max_num_batched_tokens):
-                return f"{a.short()} missed p99 ITL at every rate ({o.itl_p99_ms:.0f} ms)"
-            if (slo.ttft_p99_ms is not None and o.ttft_p99_ms is not None
-                    and o.ttft_p99_ms > slo.ttft_p99_ms and wider
-                    and config.max_num_batched_tokens <= a.max_num_batched_tokens):
-                return f"{a.short()} missed p99 TTFT at every rate ({o.ttft_p99_ms:.0f} ms)"
-        return None
-
-    def _improve(self, ranked: Sequence[Prediction], best: float, unmeasured: int,
-                 context: str) -> GuideDecision:
-        """The candidate with the highest expected improvement over ``best``, or the stop."""
-        alive = [p for p in ranked if p.high > best]
-        pruned = unmeasured - len(alive)
-        if not alive:
-            return self._note(None, "no candidate's optimistic prediction beats the incumbent"
-                              + context, best, 0.0, len(ranked), pruned)
-        gains = [(_expected_improvement(p, best), p) for p in alive]
-        gain, choice = max(gains, key=lambda g: (g[0], g[1].value))
-        remaining = gain / best
-        if remaining < self.epsilon:
-            return self._note(None, f"predicted remaining gain {remaining:.2%} < epsilon "
-                                    f"{self.epsilon:.2%}" + context, best, remaining,
-                              len(ranked), pruned)
-        return self._note(choice.config, "highest expected improvement" + context, best,
-                          remaining, len(ranked), pruned)
-
-    def _out_of_reach(self, unmeasured: Sequence[Prediction]) -> GuideDecision:
-        """No config can serve the rate: look for the most capacity, on value alone."""
-        context = (f" (the rate to serve is out of reach: no config measured meets the SLO "
-                   f"at it and none of the {len(unmeasured)} unmeasured has a "
-                   f"{MIN_CHANCE:.0%} chance, so the search looks for the most capacity)")
-        free = sorted((replace(p, risk=0.0) for p in unmeasured),
-                      key=lambda p: (-p.value, p.config))
-        best = self.best_value(Standard.AT_SOME_RATE)
-        tried = {o.config for o in self.predictor.observations if o.margin_censored}
-        reachable = any(1.0 - p.reach_risk >= MIN_CHANCE for p in unmeasured)
-        if best is None and len(tried) >= NO_RATE_STOP and not reachable:
-            shortest = self._shortest_steps_unread(unmeasured)
-            if shortest is not None:
-                return self._note(shortest.config, "the shortest steps at a prefill chunk not "
-                                                   "yet read at them, before the SLO is called "
-                                                   "out of reach" + context, None, math.inf,
-                                  len(free), 0)
-            return self._note(None, f"the SLO is out of this replica's reach: none of the "
-                                    f"{len(tried)} configs measured meets it at any rate "
-                                    f"tried and none of the {len(unmeasured)} unmeasured has "
-                                    f"a {MIN_CHANCE:.0%} chance to at any rate; loosen the SLO "
-                                    f"or change the space or hardware", None, 0.0, len(free),
-                              len(free))
-        if best is None:
-            # no capacity to rank yet: before the SLO is called out of reach, read the config
-            # most likely to meet it at some rate (the best predicted among equals), which
-            # tests the knob the misses point at, rather than the one with the most predicted
-            # capacity
-            likeliest = min(unmeasured, key=_likeliest_first)
-            return self._note(likeliest.config, "most likely to meet the SLO at some rate"
-                              + context, None, math.inf, len(free), 0)
-        return self._improve(free, best, len(free), context)
-
-    def _shortest_steps_unread(self, unmeasured: Sequence[Prediction]) -> Prediction | None:
-        """The likeliest unmeasured config at the space's smallest window and a prefill chunk
-        (``max_num_batched_tokens``) at which no config with that window was read; None when
-        every chunk's was.
-
-        At light load a config's p99s are its own step and prefill times: the smallest window
-        has the shortest decode steps, and each chunk its own mix of prefill steps (the p99
-        ITL is not monotone in the chunk, :meth:`ruled_out`). So before the SLO is called out
-        of reach, each chunk's shortest steps are read once, whatever the model says of them:
-        on Llama-3.1-8B on one H100 (code prompts) the model fitted to the baseline (window
-        7 x 8192) and window 1 x 2048 put window 1 x 8192's light-load p99 ITL at 513 ms
-        against a 200 ms bound on one seed, at 83 ms on another; it reads 174 ms.
-        """
-        smallest = min((c.num_speculative_tokens for c in self.predictor.configs), default=None)
-        read = {o.config.max_num_batched_tokens for o in self.predictor.observations
-                if o.config.num_speculative_tokens == smallest}
-        candidates = [p for p in unmeasured if p.config.num_speculative_tokens == smallest
-                      and p.config.max_num_batched_tokens not in read]
-        return min(candidates, key=_likeliest_first, default=None)
+    def _context(self, weighed: Sequence[Candidate], best: float | None,
+                 standard: Standard) -> str:
+        """What the incumbent's standard says of the result, for the reasons."""
+        if standard is Standard.AT_TARGET:
+            return ""
+        likeliest = max((c.chance for c in weighed), default=0.0)
+        if best is not None:
+            return (" (the rate to serve is out of reach of every config measured: the search "
+                    "looks for the most capacity)")
+        measured = sum(1 for outs in self.readings.values() if any(o is not None for o in outs))
+        return (f" (none of the {measured} configs measured meets the SLO at any rate tried "
+                f"and the likeliest of the {len(weighed)} unmeasured has a {likeliest:.0%} "
+                f"chance to: if the search stops here, the SLO is out of this replica's "
+                f"reach; loosen the SLO or change the space or hardware)")
 
     def _note(self, config: TrialConfig | None, reason: str, incumbent: float | None,
-              remaining: float, candidates: int, pruned: int) -> GuideDecision:
-        d = GuideDecision(config, reason, incumbent, remaining, candidates, pruned)
+              remaining: float, candidates: int,
+              hint: CapacityHint | None = None) -> GuideDecision:
+        d = GuideDecision(config, reason, incumbent, remaining, candidates, hint)
         self.decisions.append(d)
         return d
 
@@ -327,7 +315,7 @@ def make_guide(requests: Sequence[Request], configs: Iterable[TrialConfig], poli
         max_model_len=policy.serve.max_model_len,
         facts=facts)
     return Guide(predictor, policy.search.epsilon if epsilon is None else epsilon,
-                 probe_windows=not facts.hardware.known)
+                 gpus=policy.gpus_per_replica)
 
 
 def policy_facts(policy: Policy, gpu: str | None = None) -> Facts:
@@ -356,7 +344,7 @@ class GuidedStrategy(Strategy):
         decision = self.guide.propose(exclude=set(measured) | set(running))
         if decision.config is not None:
             self._expected[decision.config] = self.guide.predictor.predict()[decision.config]
-        return Proposal(decision.config, decision.reason)
+        return Proposal(decision.config, decision.reason, capacity_hint=decision.hint)
 
     def surprise(self, config: TrialConfig, outcome: Outcome) -> str | None:
         """A reading above the optimistic end of the prediction the config was proposed on
@@ -394,6 +382,7 @@ class GuidedStrategy(Strategy):
         for obs in old.predictor.observations:
             self.guide.predictor.observe(obs)
         self.guide.readings = {c: list(r) for c, r in old.readings.items()}
+        self.guide.costs = list(old.costs)
         return (f"the cluster reports {gpu} GPUs (the policy names none): the step cost's "
                 f"priors are {facts.hardware.count} x {facts.hardware.kind}'s published figures")
 

@@ -108,9 +108,9 @@ def test_readings_move_the_forecast_to_the_measured_level_and_narrow_it() -> Non
     few = _readings(wl, CONFIGS[:1], scales[:1], bias)
     many = _readings(wl, [c for c in CONFIGS[:3] for _ in scales],
                      [s for _ in CONFIGS[:3] for s in scales], bias)
-    prior = TailModel.fit(wl, COST, ReplicaFactors(), SLO, [])
-    one = TailModel.fit(wl, COST, ReplicaFactors(), SLO, few)
-    nine = TailModel.fit(wl, COST, ReplicaFactors(), SLO, many)
+    prior = TailModel.fit(wl, COST, ReplicaFactors(), SLO, [], block=8)
+    one = TailModel.fit(wl, COST, ReplicaFactors(), SLO, few, block=8)
+    nine = TailModel.fit(wl, COST, ReplicaFactors(), SLO, many, block=8)
     unread, scale = CONFIGS[5], 1.0
     physics = _readings(wl, [unread], [scale], 0.0)[0]
     for model in (one, nine):
@@ -127,7 +127,7 @@ def test_readings_move_the_forecast_to_the_measured_level_and_narrow_it() -> Non
 def test_the_chance_to_meet_falls_as_the_bound_tightens() -> None:
     wl = _workload()
     model = TailModel.fit(wl, COST, ReplicaFactors(), SLO,
-                          _readings(wl, CONFIGS[:2], [1.0, 1.0], 0.0))
+                          _readings(wl, CONFIGS[:2], [1.0, 1.0], 0.0), block=8)
     fc = model.predict([CONFIGS[2]], [1.0])
     median = float(fc.median["itl_p99_ms"][0])
     chances = []

@@ -9,9 +9,8 @@ exhaustive oracle is cheap: every config read once on replay seed 1000. The guid
 reads fresh replays (seed 2000 + k) through the real Searcher.
 
 Behaviour checked, not formulas: the guided pick is within :data:`MAX_REGRET` of the
-exhaustive best, and once a measured SLO miss is in the evidence no trial is spent on a config
-the guide gave less than a 10% chance (nor, more than once, on a config the oracle shows
-misses the SLO).
+exhaustive best, and once a measured SLO miss is in the evidence at most one trial is spent on
+a config the oracle shows misses the SLO.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ from autotune.orchestrate.capacity import replay_at_capacity
 from autotune.policy import Policy, policy_from_mapping
 from autotune.recommend.choose import Scored, select_best
 from autotune.search import open_search
-from autotune.search.guided import MIN_CHANCE, GuidedStrategy
+from autotune.search.guided import GuidedStrategy
 from autotune.slo import Slo
 from autotune.types import ReplaySchedule, Request, TrialConfig
 
@@ -171,16 +170,11 @@ def test_guided_pick_is_near_the_exhaustive_best_and_skips_ruled_out_configs(
     search = open_search(world.policy, "worlds", kind, "sqlite:///:memory:", seed=0,
                          requests=world.requests)
     assert isinstance(search.strategy, GuidedStrategy), "the guide describes these replicas"
-    guide = search.strategy.guide
     trials: list[tuple[TrialConfig, Outcome]] = []
     missed = False
     wasted_on_infeasible = 0
     while (sug := search.ask()) is not None:
         if missed and not sug.is_repeat and not sug.is_baseline:
-            chance = 1.0 - guide.predictor.predict()[sug.config].risk
-            assert chance >= MIN_CHANCE, (
-                f"{kind}: ran {sug.config.short()} with a predicted chance {chance:.0%} of "
-                f"meeting the SLO after a measured miss")
             wasted_on_infeasible += not oracle[sug.config].feasible
         seen = sum(1 for c, _ in trials if c == sug.config)
         outcome = world.read(sug.config, 2000 + seen)
@@ -219,10 +213,9 @@ def test_an_slo_below_the_unloaded_step_time_stops_the_search_early(below: float
                                                                     tmp_path: Path) -> None:
     # A p99 ITL bound below the light-load step time of the fastest config (window 1, the
     # smallest prefill chunk): every reading misses at every rate the capacity search tries.
-    # Far below (0.2x), the predictor sees it; just below (0.9x), its chances stay above 10%
-    # for configs it has not measured, and only the evidence rules them out: once a config has
-    # missed at light load, every config at least as slow misses too. The search must stop and
-    # say so, never run a ruled-out config, and not spend the budget.
+    # Far below (0.2x), the tail model sees it from the start; just below (0.9x), only the
+    # readings show it, and each miss lowers the chances of the configs like it. The search
+    # must stop and say the SLO is out of the replica's reach, without spending the budget.
     table = make_world("table-law", tmp_path)
     bound = below * light_load_itl_ms(table, TrialConfig(1, False, 8, 2048))
     policy = world_policy(LLAMA, "H100", 4, "llama-3.1-70b@4xH100-tp4-table", "eagle3",
@@ -231,10 +224,8 @@ def test_an_slo_below_the_unloaded_step_time_stops_the_search_early(below: float
     search = open_search(policy, "worlds", "impossible", "sqlite:///:memory:", seed=0,
                          requests=world.requests)
     assert isinstance(search.strategy, GuidedStrategy)
-    guide = search.strategy.guide
     ran: list[TrialConfig] = []
     while (sug := search.ask()) is not None:
-        assert guide.ruled_out(sug.config) is None, f"ran {sug.config.short()}, ruled out"
         outcome = world.read(sug.config, 2000 + ran.count(sug.config))
         assert not outcome.feasible and outcome.summary["capacity_met_slo"] == 0.0
         ran.append(sug.config)
@@ -242,7 +233,7 @@ def test_an_slo_below_the_unloaded_step_time_stops_the_search_early(below: float
     reason = search.stop_reason or ""
     print(f"bound {bound:.1f} ms: ran {[c.short() for c in ran]}, stop: {reason}")
     assert len(ran) <= 4, f"ran {[c.short() for c in ran]}, stop: {reason}"
-    assert "nothing left can meet the SLO" in reason or "out of this replica's reach" in reason
+    assert "out of this replica's reach" in reason
 
 
 def long_prompt_requests(profile: str, drafter: str, rate: float) -> list[Request]:
