@@ -35,8 +35,6 @@ if TYPE_CHECKING:  # numpy is imported where arrays are judged: read-only comman
     FloatArray = npt.NDArray[np.float64]
     BoolArray = npt.NDArray[np.bool_]
 
-    from autotune.types import CapacityHint
-
 __all__ = ["KEPT_UP", "MAX_SCALE", "MIN_SCALE", "P99_CONFIDENCE", "RESOLUTION", "Slo", "SloCheck",
            "SloVerdict", "first_step", "itl_independent_gaps", "margin_from_summary",
            "p99_interval_ms", "predicted_readings", "quantile_ms", "values_to_bound"]
@@ -58,20 +56,21 @@ MIN_SCALE, MAX_SCALE = 1 / 64, 64.0
 RESOLUTION = 0.02
 
 
-def first_step(hint: CapacityHint | None) -> float | None:
-    """The factor of the first step away from a hinted start: one standard deviation of the
-    hint's log, at least 4 × :data:`RESOLUTION` and at most 4× (None: no hint, the ladder
-    doubles or quadruples up and halves down)."""
-    if hint is None or not math.isfinite(hint.log_sd):
+def first_step(log_sd: float | None) -> float | None:
+    """The factor of the first step away from a hinted start, given the standard deviation
+    of the hint's log (:class:`~autotune.types.CapacityHint`): one standard deviation, at
+    least 4 × :data:`RESOLUTION` and at most 4× (None: no hint, the ladder doubles or
+    quadruples up and halves down)."""
+    if log_sd is None or not math.isfinite(log_sd):
         return None
-    return min(max(math.exp(abs(hint.log_sd)), 1 + 4 * RESOLUTION), 4.0)
+    return min(max(math.exp(abs(log_sd)), 1 + 4 * RESOLUTION), 4.0)
 
 
-def predicted_readings(hint: CapacityHint | None, max_replays: int) -> float:
+def predicted_readings(log_sd: float | None, max_replays: int) -> float:
     """How many readings a capacity reading is expected to take, before it starts: with a
     hint, the start, one step to bracket and Brent's steps across that bracket to
     :data:`RESOLUTION` (one halving each at worst); without one, every replay allowed."""
-    step = first_step(hint)
+    step = first_step(log_sd)
     if step is None:
         return float(max_replays)
     return min(float(max_replays),

@@ -27,7 +27,7 @@ ALLOWED: dict[str, set[str]] = {
     "store": _BASE,
     "export": _BASE | {"store"},
     "predict": _BASE | {"acceptance"},
-    "search": _BASE | {"acceptance", "objective", "policy", "predict"},
+    "search": _BASE | {"acceptance", "cost", "objective", "policy", "predict"},
     "recommend": _BASE | {"acceptance", "export", "objective", "policy", "store"},
     "orchestrate": _BASE | {"acceptance", "backends", "cost", "export", "objective", "plan",
                             "policy", "recommend", "search", "store", "traffic"},

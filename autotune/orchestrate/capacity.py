@@ -194,7 +194,8 @@ def _predicted_busy_s(hint: CapacityHint | None, start: float, window_s: float |
     :func:`~autotune.slo.predicted_readings`."""
     span = sample_span_s / start if sample_span_s > 0 else math.nan
     per = min(window_s, span) if window_s is not None else span
-    return predicted_readings(hint, max_replays) * per * (1.0 + 1.0 / SETTLE_LIFETIMES)
+    readings = predicted_readings(hint.log_sd if hint else None, max_replays)
+    return readings * per * (1.0 + 1.0 / SETTLE_LIFETIMES)
 
 
 def _tag(scale: float, readings: list[tuple[float, _Replay]], feasible: bool,
@@ -272,7 +273,7 @@ def replay_at_capacity(replica: Replica, schedule: ReplaySchedule, slo: Slo,
         tried[scale] = read(scale, window)
         return tried[scale].met
 
-    step = first_step(hint)
+    step = first_step(hint.log_sd if hint is not None else None)
     scale = (min(max(hint.scale, MIN_SCALE), MAX_SCALE) if hint is not None and step is not None
              else schedule.time_scale)
     predicted = _predicted_busy_s(hint, scale, window, _arrival_span(schedule), max_replays)

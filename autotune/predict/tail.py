@@ -53,7 +53,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -63,6 +62,7 @@ from autotune.predict.replica import latency, measured_ttft
 from autotune.predict.residual import similarity
 from autotune.predict.steady_state import solve_steady_state
 from autotune.predict.step_cost import COST_PARTS, UNKNOWN_HARDWARE_SD, StepCostModel
+from autotune.predict.tail_readings import TailReading, replay_tail_keys, tail_readings
 from autotune.predict.workload import ConfigGrid, ReplicaFactors, WorkloadModel
 from autotune.slo import MIN_SCALE, SLO_QUANTILE
 from autotune.types import Slo, TrialConfig
@@ -95,60 +95,6 @@ _UNBOUNDED_S = 1e6
 _MIN_SAMPLING_SD = 0.01
 #: Degrees of freedom of the heavy-tailed nugget (:func:`_outlier_var`).
 _NUGGET_DOF = 4.0
-
-
-def replay_tail_keys(i: int) -> tuple[str, str]:
-    """The summary keys of reading i's p99s (``replay{i}_itl_p99_ms``, ``replay{i}_ttft_p99_ms``),
-    written by the capacity reading next to its decode aggregates."""
-    return f"replay{i}_itl_p99_ms", f"replay{i}_ttft_p99_ms"
-
-
-@dataclass(frozen=True)
-class TailReading:
-    """One reading's measured p99s (ms; NaN: not measured) at ``scale`` × the sample's rate
-    (a closed loop's readings all have the policy's scale)."""
-
-    config: TrialConfig
-    scale: float
-    itl_p99_ms: float
-    ttft_p99_ms: float
-
-    def value(self, tail: str) -> float:
-        return self.itl_p99_ms if tail == "itl_p99_ms" else self.ttft_p99_ms
-
-
-def _num(summary: Mapping[str, Any], key: str) -> float:
-    v = summary.get(key)
-    return float(v) if isinstance(v, int | float) and math.isfinite(v) and v > 0 else math.nan
-
-
-def tail_readings(config: TrialConfig, summary: Mapping[str, Any], target: float,
-                  max_replays: int = 16) -> tuple[TailReading, ...]:
-    """Every reading of a trial's summary with p99s: each ``replay{i}`` of a capacity reading
-    that recorded them (:func:`replay_tail_keys`), else the kept reading (at ``load_scale``)
-    and the reading at the rate to serve (``target``, the ``target_*`` p99s); without a
-    capacity reading, the one replay at ``target``."""
-    out: dict[float, TailReading] = {}
-    for i in range(max_replays):
-        scale = _num(summary, f"replay{i}_scale")
-        if not math.isfinite(scale):
-            break
-        itl, ttft = (_num(summary, k) for k in replay_tail_keys(i))
-        if math.isfinite(itl) or math.isfinite(ttft):
-            out[scale] = TailReading(config, scale, itl, ttft)
-    if out:
-        return tuple(out[s] for s in sorted(out))
-    kept = _num(summary, "load_scale")
-    if not math.isfinite(kept):
-        kept = target
-    out[kept] = TailReading(config, kept, _num(summary, "itl_p99_ms"),
-                            _num(summary, "ttft_p99_ms"))
-    at_target = TailReading(config, target, _num(summary, "target_itl_p99_ms"),
-                            _num(summary, "target_ttft_p99_ms"))
-    if target not in out and (math.isfinite(at_target.itl_p99_ms)
-                              or math.isfinite(at_target.ttft_p99_ms)):
-        out[target] = at_target
-    return tuple(out[s] for s in sorted(out))
 
 
 @dataclass(frozen=True)

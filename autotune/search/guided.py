@@ -219,7 +219,7 @@ class Guide:
             return 1.0
         start = sum(s for s, _ in self.costs) / len(self.costs)
         reading = sum(r for _, r in self.costs) / len(self.costs)
-        replay = predicted_readings(hint, self.max_replays) * reading
+        replay = predicted_readings(hint.log_sd if hint else None, self.max_replays) * reading
         return (start + replay) / 3600.0 * self.gpus
 
     def candidates(self, unmeasured: Sequence[Prediction]) -> tuple[list[Candidate], float | None,
