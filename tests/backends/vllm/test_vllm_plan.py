@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from vllm_helpers import CPU_ENV, FAST_START, TinyModels, prompt_texts
+from vllm_helpers import CPU_ENV, FAST_START, TinyModels, processes_with, prompt_texts
 
 # one server start (the trials and the mixed sample's reading serve one config) and ~20 capacity
 # replays of ~10 s: a few minutes on an idle machine, more on a loaded one
@@ -57,19 +57,6 @@ def _run(args: list[str], cwd: Path, timeout: float) -> subprocess.CompletedProc
                           timeout=timeout, check=False)
 
 
-def _server_cmdlines(model: Path) -> list[str]:
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            except OSError:
-                continue
-            if "--model " + str(model) in cmd:
-                out.append(f"{entry.name}: {cmd}")
-    return out
-
-
 def test_a_pass_on_vllm_plans_and_the_plan_is_made_again_from_the_db(
         tiny_models: TinyModels, tmp_path: Path) -> None:
     target = Path(shutil.copytree(tiny_models.target, tmp_path / "target"))
@@ -88,7 +75,7 @@ def test_a_pass_on_vllm_plans_and_the_plan_is_made_again_from_the_db(
                timeout=1500)
     assert run.returncode == 0, f"stdout:\n{run.stdout}\nstderr:\n{run.stderr[-4000:]}"
     assert "plan: " in run.stdout
-    assert _server_cmdlines(target) == []  # no server outlived the run
+    assert processes_with(f"--model {target}") == {}  # no server outlived the run
 
     trials = json.loads(_run(["trials", "--db", db, "--format", "json"], tmp_path, 120).stdout)
     assert sorted(t["workload"] for t in trials) == ["chat", "math"]

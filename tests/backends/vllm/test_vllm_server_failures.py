@@ -18,6 +18,7 @@ from vllm_helpers import (
     TinyModels,
     group_members,
     process_tree,
+    processes_with,
     survivors,
     tiny_serve,
     wait_gone,
@@ -35,19 +36,6 @@ DRIVER = Path(__file__).resolve().parent / "vllm_driver.py"
 READY = "Starting vLLM server on"
 
 
-def _cmdlines_containing(needle: str) -> list[int]:
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            except OSError:
-                continue
-            if needle in cmd:
-                out.append(int(entry.name))
-    return out
-
-
 def test_bad_serve_flag_is_a_failed_trial(tiny_models: TinyModels, tmp_path: Path) -> None:
     serve = tiny_serve(tiny_models.target, tiny_models.same,
                        extra_args=("--no-such-serve-flag", "1"))
@@ -62,7 +50,7 @@ def test_bad_serve_flag_is_a_failed_trial(tiny_models: TinyModels, tmp_path: Pat
         "error: unrecognized arguments: --no-such-serve-flag")
     assert str(tmp_path) in failure.reason  # where the full log is
     assert LIVE_SERVERS.live() == live_before
-    assert _cmdlines_containing("--no-such-serve-flag") == []
+    assert processes_with("--no-such-serve-flag") == {}
 
 
 def test_startup_timeout_is_a_failed_trial(tiny_models: TinyModels, tmp_path: Path) -> None:
@@ -70,7 +58,7 @@ def test_startup_timeout_is_a_failed_trial(tiny_models: TinyModels, tmp_path: Pa
                              {"log_dir": str(tmp_path), "startup_timeout_s": 3,
                               "stop_grace_s": 10}, seed=0)
     live_before = LIVE_SERVERS.live()
-    servers_before = set(_cmdlines_containing(str(tiny_models.target) + " "))
+    servers_before = set(processes_with(str(tiny_models.target) + " "))
     with pytest.raises(TrialFailed) as err:
         backend.start(TrialConfig(2, False, 2, 512))
     assert "did not answer" in err.value.reason and "within 3 s" in err.value.reason
@@ -79,7 +67,7 @@ def test_startup_timeout_is_a_failed_trial(tiny_models: TinyModels, tmp_path: Pa
     (log,) = tmp_path.glob("*.log")
     assert str(log) in err.value.reason and READY not in log.read_text(errors="replace")
     assert LIVE_SERVERS.live() == live_before
-    assert set(_cmdlines_containing(str(tiny_models.target) + " ")) <= servers_before
+    assert set(processes_with(str(tiny_models.target) + " ")) <= servers_before
 
 
 def _run_driver(tiny_models: TinyModels, tmp_path: Path, mode: str

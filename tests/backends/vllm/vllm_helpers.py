@@ -179,3 +179,17 @@ def wait_gone(tree: dict[int, str], timeout_s: float) -> list[int]:
         time.sleep(0.1)
         left = survivors(tree)
     return left
+
+
+def processes_with(needle: str) -> dict[int, str]:
+    """The live processes whose command line holds ``needle``: pid -> command line."""
+    out = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if needle in cmd:
+                out[int(entry.name)] = cmd
+    return out
