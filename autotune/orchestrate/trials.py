@@ -38,13 +38,11 @@ _PER_REQUEST = ("ttft_s", "tpot_s", "e2e_s", "output_tokens", "ok")
 
 def drive_trials(options: TuneOptions, store: Store, run_id: str,
                  searches: Sequence[WorkloadSearch], pool: Pool, rep: Reporter,
-                 unchecked: str = "no greedy outputs were recorded with this trial",
-                 ledger: Ledger | None = None) -> str | None:
+                 unchecked: str, ledger: Ledger) -> str | None:
     """Run trials until every search has stopped or the budget is spent; returns why the
     budget ended the pass (None: every search stopped on its own). ``unchecked``: why a trial
     that recorded no greedy outputs is stored "outputs not checked"; ``ledger``: the pass's
-    (default: :func:`open_ledger`, keeping nothing for after the searches)."""
-    ledger = ledger or open_ledger(options, store, run_id, pool.capacity)
+    (:func:`open_ledger`)."""
     by_name = {w.name: w for w in searches}
     share = FairShare([w.name for w in searches])
     in_flight: dict[Hashable, tuple[WorkloadSearch, Suggestion]] = {}
