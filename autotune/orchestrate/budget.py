@@ -18,9 +18,9 @@ how much the trials in flight cost more than predicted.
 Readings the pass makes after its searches (the mixed sample's, for the capacity plan:
 :mod:`~autotune.orchestrate.mixed`) are kept room for: ``kept_readings`` of them, each
 predicted at a trial of the pass's (:meth:`Ledger.kept`), are counted as spent when a search
-trial is refused, so the searches leave the budget those readings need
-(:meth:`Ledger.kept_that_fit` says how many of them the budget still holds when the
-searches end).
+trial is refused, so the searches leave the budget those readings need. When the searches
+end, the room is released and each of those readings asks :meth:`Ledger.refusal` itself, like
+a trial, predicted at the readings of its kind already made.
 
 A failed trial costs nothing here (its replica time is not measured); on real replicas the
 real time it took still counts.
@@ -100,25 +100,6 @@ class Ledger:
         n = self.kept_readings
         return TrialCost(n * start, n * self.spent.replay_s / self.spent.trials, self.gpus)
 
-    def kept_that_fit(self) -> int:
-        """How many of the readings kept for after the searches the budget left holds (each
-        at its prediction, :meth:`kept`); all of them when none can be predicted yet, none
-        when the budget is spent."""
-        if self.kept_readings <= 0 or self.refusal_spent() is not None:
-            return 0
-        kept = self.kept()
-        if kept is None:
-            return self.kept_readings
-        n = self.kept_readings
-        fit = n
-        if self.gpu_hours is not None and kept.gpu_h > 0:
-            fit = min(fit, int((self.gpu_hours - self.spent.gpu_h) / (kept.gpu_h / n) + 1e-9))
-        if kept.replica_s > 0:
-            rounds = int((self.wall_clock_s - self._free_replica_s()) / (kept.replica_s / n)
-                         + 1e-9)
-            fit = min(fit, rounds * self.replicas)
-        return max(fit, 0)
-
     def refusal_spent(self) -> str | None:
         """Why nothing more may start because the budget is spent (None: some is left)."""
         if self.elapsed_s() >= self.wall_clock_s:
@@ -129,10 +110,13 @@ class Ledger:
                     f"{self.spent.gpu_h:.3g} GPU-h after {self.spent.trials} trials")
         return None
 
-    def refusal(self, workload: str, in_flight: Iterable[str] = ()) -> str | None:
+    def refusal(self, workload: str, in_flight: Iterable[str] = (),
+                what: str | None = None) -> str | None:
         """Why the next trial of ``workload`` must not start (None: it may). ``in_flight``:
         the workloads of the trials running now, counted at their predicted cost; the readings
-        kept for after the searches count as spent (:meth:`kept`)."""
+        kept for after the searches count as spent (:meth:`kept`). ``what``: the trial's name
+        in the reason (default "a trial of <workload>")."""
+        what = what or f"a trial of {workload}"
         spent = self.refusal_spent()
         if spent is not None:
             return spent
@@ -149,14 +133,14 @@ class Ledger:
             return (f"budget.gpu_hours ({self.gpu_hours:g}) would be overrun: "
                     f"{self.spent.gpu_h:.3g} GPU-h spent"
                     + (f", {pending:.3g} in flight" if pending else "") + also
-                    + f", and a trial of {workload} costs about {nxt.gpu_h:.3g} GPU-h "
-                    "(a server start and the mean replay of its trials so far)")
+                    + f", and {what} costs about {nxt.gpu_h:.3g} GPU-h "
+                    "(a server start and the mean replay of those so far)")
         if self._free_replica_s() + kept_s + nxt.replica_s > self.wall_clock_s:
             return (f"budget.wall_clock ({self.wall_clock}) would be overrun: a replica is free "
                     f"after {_hours(self._free_replica_s())} of replica time"
                     + (f", {_hours(kept_s)} more kept for the mixed sample's readings"
                        if kept else "")
-                    + f", and a trial of {workload} takes about {_hours(nxt.replica_s)}")
+                    + f", and {what} takes about {_hours(nxt.replica_s)}")
         return None
 
 

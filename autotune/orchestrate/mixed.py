@@ -14,15 +14,16 @@ stored with the run.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from autotune.cost import TrialCost, trial_cost
 from autotune.errors import PlanError
 from autotune.objective import score_measurement
+from autotune.orchestrate.budget import Ledger
 from autotune.orchestrate.options import TuneOptions
-from autotune.orchestrate.pool import Pool, TrialTask
+from autotune.orchestrate.pool import Pool, TrialResult, TrialTask
 from autotune.orchestrate.runs import WorkloadSearch
 from autotune.plan import MIXED, Plan, plan_for_run
 from autotune.recommend import select_best
@@ -85,50 +86,77 @@ def mixed_readings_planned(options: TuneOptions, groups: Mapping[str, WorkloadTr
 
 def measure_mixed(options: TuneOptions, store: Store, run_id: str,
                   groups: Mapping[str, WorkloadTraffic], searches: Sequence[WorkloadSearch],
-                  pool: Pool, limit: int | None = None) -> int:
+                  pool: Pool, ledger: Ledger) -> int:
     """Read the mixed sample at capacity on every candidate shared config not read yet in this
-    run (see module doc), at most ``limit`` of them (what the budget left holds); returns how
-    many were read (nothing when the pass reads no mixed sample,
+    run (see module doc), each only when the budget left holds it: the searches are over, so
+    the room they kept is released and every reading asks the ``ledger`` itself, predicted at
+    the mixed readings already made (at the pass's mean trial before the first), and is
+    charged to it. A config the budget refuses is stored as not read, with the reason. Returns
+    how many were read (nothing when the pass reads no mixed sample,
     :func:`mixed_readings_planned`)."""
     policy = options.policy
     timed = _mixed_workloads(options, groups)
     if not timed:
         return 0
     stored = store.plan(run_id)
-    done: list[Mapping[str, Any]] = list(stored.shared) if stored else []
+    done = [r for r in (stored.shared if stored else []) if not r.get("not_read")]
     read = [TrialConfig.from_dict(r["config"]) for r in done]
-    todo = [c for c in _candidates(options, searches) if c not in read][:limit]
+    todo = [c for c in _candidates(options, searches) if c not in read]
     if not todo:
         return 0
     slo = policy.objective.slo.slo()
     schedule = policy.replay.schedule(mixed_requests(timed), seed=options.seed,
                                       label=f"{run_id}:{MIXED}", slo=slo)
-    for i, config in enumerate(todo):
-        pool.submit(TrialTask((MIXED, i), config, replace(schedule, label=f"{schedule.label}:{i}")))
-    results = {}
-    for _ in todo:
+    ledger.kept_readings = 0
+    readings: list[Mapping[str, Any]] = list(done)
+    pending = list(enumerate(todo))
+    in_flight: dict[Hashable, TrialConfig] = {}
+    refused: str | None = None
+    while True:
+        while refused is None and pending and len(in_flight) < pool.capacity:
+            refused = ledger.refusal(MIXED, [MIXED] * len(in_flight),
+                                     what="a reading of the mixed sample")
+            if refused is None:
+                i, config = pending.pop(0)
+                pool.submit(TrialTask((MIXED, i), config,
+                                      replace(schedule, label=f"{schedule.label}:{i}")))
+                in_flight[(MIXED, i)] = config
+        if not in_flight:
+            break
         result = pool.wait()
-        results[result.key] = result
-    readings = list(done)
-    for i, config in enumerate(todo):
-        result = results[(MIXED, i)]
-        m = result.measurement
-        entry: dict[str, Any] = {"config": config.as_dict(), "metrics": {}, "error": None,
-                                 "replica": result.replica, "node": result.node}
-        if m is None or not m.ok.any():
-            entry["error"] = result.error or "no request completed"
-        else:
-            outcome = score_measurement(m, policy.objective.maximize, slo)
-            entry["metrics"] = {**outcome.summary, "constraints": outcome.constraints}
-            cost = trial_cost(m.extra)  # charged to the pass like a trial's (autotune.cost)
-            if cost is not None:
-                entry["metrics"].update(TrialCost(cost.start_s, cost.replay_s,
-                                                  policy.gpus_per_replica).metrics())
+        entry, cost = _reading(in_flight.pop(result.key), result, options)
+        ledger.charge(MIXED, result.replica, cost)
         readings.append(entry)
-        log.info("mixed sample on %s: %s", config.short(),
-                 entry["error"] or f"capacity {entry['metrics'].get('load_scale')}x")
+    for _, config in pending:
+        why = f"the mixed sample was not read on {config.short()}: {refused}"
+        log.info("mixed sample on %s: %s", config.short(), why)
+        readings.append({"config": config.as_dict(), "metrics": {}, "error": None,
+                         "not_read": why})
     store.save_plan(run_id, shared=readings)
-    return len(todo)
+    return len(todo) - len(pending)
+
+
+def _reading(config: TrialConfig, result: TrialResult, options: TuneOptions
+             ) -> tuple[dict[str, Any], TrialCost | None]:
+    """A mixed-sample reading as the plan stores it, and its cost (charged to the pass like a
+    trial's, :mod:`autotune.cost`)."""
+    policy = options.policy
+    m = result.measurement
+    entry: dict[str, Any] = {"config": config.as_dict(), "metrics": {}, "error": None,
+                             "replica": result.replica, "node": result.node}
+    cost: TrialCost | None = None
+    if m is None or not m.ok.any():
+        entry["error"] = result.error or "no request completed"
+    else:
+        outcome = score_measurement(m, policy.objective.maximize, policy.objective.slo.slo())
+        entry["metrics"] = {**outcome.summary, "constraints": outcome.constraints}
+        measured = trial_cost(m.extra)
+        if measured is not None:
+            cost = TrialCost(measured.start_s, measured.replay_s, policy.gpus_per_replica)
+            entry["metrics"].update(cost.metrics())
+    log.info("mixed sample on %s: %s", config.short(),
+             entry["error"] or f"capacity {entry['metrics'].get('load_scale')}x")
+    return entry, cost
 
 
 def make_plan(store: Store, run_id: str) -> tuple[Plan | None, str]:

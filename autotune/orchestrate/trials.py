@@ -24,6 +24,7 @@ from autotune.orchestrate.fair_share import FairShare
 from autotune.orchestrate.options import Reporter, TuneOptions
 from autotune.orchestrate.pool import Pool, TrialResult, TrialTask
 from autotune.orchestrate.runs import WorkloadSearch
+from autotune.plan import MIXED
 from autotune.recommend import Scored
 from autotune.recommend.outputs import not_checked
 from autotune.search import Suggestion
@@ -76,8 +77,8 @@ def drive_trials(options: TuneOptions, store: Store, run_id: str,
 
 def open_ledger(options: TuneOptions, store: Store, run_id: str, replicas: int,
                 kept_readings: int = 0) -> Ledger:
-    """The pass's ledger, charged with the trials a resumed run finished before, keeping room
-    for ``kept_readings`` readings after the searches."""
+    """The pass's ledger, charged with the trials (and mixed-sample readings) a resumed run
+    finished before, keeping room for ``kept_readings`` readings after the searches."""
     budget = options.policy.budget
     ledger = Ledger(budget.gpu_hours, budget.wall_clock_s, max(replicas, 1),
                     options.policy.gpus_per_replica, budget.wall_clock,
@@ -85,6 +86,9 @@ def open_ledger(options: TuneOptions, store: Store, run_id: str, replicas: int,
     for t in store.trials(run_id):
         if t.state in ("complete", "failed"):
             ledger.charge(t.workload, t.replica, trial_cost(t.metrics))
+    plan = store.plan(run_id)
+    for r in plan.shared if plan else []:  # the mixed sample's readings made before
+        ledger.charge(MIXED, r.get("replica"), trial_cost(r.get("metrics") or {}))
     return ledger
 
 

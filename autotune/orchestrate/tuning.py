@@ -169,8 +169,8 @@ def _drive(options: TuneOptions, store: Store, run: OpenedRun,
            pool_factory: PoolFactory) -> str | None:
     """Stages 3 and 4 with the run's status kept true: interrupted or failed when it ends
     early. Returns why the budget ended it (None: every search stopped on its own). The
-    searches leave room in the budget for the mixed sample's readings; as many are read as
-    the budget left holds."""
+    searches leave room in the budget for the mixed sample's readings; each is read only when
+    the budget left holds it."""
     pool: Pool | None = None
     try:
         pool = pool_factory(backend, rep)
@@ -181,8 +181,7 @@ def _drive(options: TuneOptions, store: Store, run: OpenedRun,
                              kept_readings=mixed_readings_planned(options, groups))
         budget_stop = drive_trials(options, store, run.run_id, run.searches, pool, rep,
                                    unchecked, ledger)
-        measure_mixed(options, store, run.run_id, groups, run.searches, pool,
-                      limit=ledger.kept_that_fit())
+        measure_mixed(options, store, run.run_id, groups, run.searches, pool, ledger)
         return budget_stop
     except KeyboardInterrupt:
         store.set_run_status(run.run_id, "interrupted",

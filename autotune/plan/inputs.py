@@ -86,12 +86,14 @@ def _workload(store: Store, run_id: str, name: str, arrivals: Sequence[float],
 
 
 def shared_inputs(readings: Sequence[Mapping[str, Any]], rate: float) -> list[SharedInput]:
-    """The mixed sample's stored readings (``{"config", "metrics", "error"}`` each)."""
+    """The mixed sample's stored readings (``{"config", "metrics", "error"}`` each, and
+    ``"not_read"``: why the budget left it unread)."""
     out = []
     for r in readings:
         config = TrialConfig.from_dict(r["config"])
         metrics = r.get("metrics") or {}
         capacity: MeasuredCapacity | str = (
+            str(r["not_read"]) if r.get("not_read") else
             f"its reading failed: {r['error']}" if r.get("error") else
             capacity_of(config, metrics, rate, readings=[metrics], covered=[metrics]))
         out.append(SharedInput(config, capacity))
@@ -135,9 +137,11 @@ def plan_for_run(store: Store, run_id: str, *, headroom: float | None = None,
     workloads = [_workload(store, run_id, name, times, trials)
                  for name, times in sorted(arrivals.items())]
     mixed = [a for times in arrivals.values() for a in times]
-    shared = shared_inputs(stored.shared, sample_rate(mixed)) if stored else []
-    note = "" if shared else _why_not_shared(policy, len(workloads),
-                                              (run.options or {}).get("budget_stop"))
+    readings = stored.shared if stored else []
+    unread = [str(r["not_read"]) for r in readings if r.get("not_read")]
+    shared = shared_inputs(readings, sample_rate(mixed)) if len(unread) < len(readings) else []
+    note = "" if shared else unread[0] if unread else _why_not_shared(
+        policy, len(workloads), (run.options or {}).get("budget_stop"))
     return build_plan(workloads, shared, plan_settings(policy, headroom=headroom, growth=growth,
                                                        peak_window_s=peak_window_s),
                       run_id=run_id, backend=run.backend, shared_note=note)

@@ -19,6 +19,7 @@ from autotune.orchestrate import TuneOptions, tune
 from autotune.orchestrate.budget import Ledger
 from autotune.orchestrate.pool import SerialPool, run_trial
 from autotune.orchestrate.servers import REUSED, Servers
+from autotune.plan import MIXED
 from autotune.policy import DEFAULT_POLICY_PATH, load_policy, policy_from_mapping
 from autotune.store import Store
 from autotune.types import ReplaySchedule, TrialConfig
@@ -269,7 +270,7 @@ def test_the_pass_output_says_what_it_cost_and_why_the_budget_ended_it() -> None
 def test_the_ledger_keeps_room_for_the_readings_after_the_searches() -> None:
     ledger = Ledger(gpu_hours=14.0, wall_clock_s=1e9, replicas=1, gpus=8, clock=Clock(),
                     kept_readings=2)
-    assert ledger.kept() is None and ledger.kept_that_fit() == 2  # nothing to predict from
+    assert ledger.kept() is None and ledger.refusal("chat") is None  # nothing to predict from
     trial = TrialCost(start_s=0.0, replay_s=1800.0, gpus=8)  # 4 GPU-h
     ledger.charge("chat", "r0", trial)
     kept = ledger.kept()
@@ -277,12 +278,13 @@ def test_the_ledger_keeps_room_for_the_readings_after_the_searches() -> None:
     # 4 spent + 8 kept + 4 predicted > 14: the search stops where the readings still fit
     why = ledger.refusal("chat")
     assert why is not None and "8 GPU-h kept for the 2 readings of the mixed sample" in why
-    assert ledger.kept_that_fit() == 2
-    ledger.charge("chat", "r0", trial)  # a trial started before the room was kept
-    assert ledger.kept_that_fit() == 1  # 8 spent: one more 4 GPU-h reading fits in 14
-    ledger.charge("chat", "r0", trial)
-    ledger.charge("chat", "r0", trial)
-    assert ledger.kept_that_fit() == 0  # spent
+    # the searches are over: the room is released and each reading asks for itself, first
+    # at the pass's mean trial, then at the mixed readings' own mean
+    ledger.kept_readings = 0
+    assert ledger.refusal(MIXED) is None
+    ledger.charge(MIXED, "r0", TrialCost(start_s=0.0, replay_s=3150.0, gpus=8))  # 7 GPU-h
+    why = ledger.refusal(MIXED)  # 11 spent + 7 predicted > 14
+    assert why is not None and "would be overrun" in why and "costs about 7 GPU-h" in why
     plain = Ledger(gpu_hours=14.0, wall_clock_s=1e9, replicas=1, gpus=8, clock=Clock())
     plain.charge("chat", "r0", trial)
-    assert plain.refusal("chat") is None and plain.kept_that_fit() == 0
+    assert plain.refusal("chat") is None and plain.kept() is None

@@ -117,11 +117,11 @@ def test_a_pass_the_budget_ended_says_why_split_or_shared_was_not_measured(
     # the budget ends the pass with no room left for its last stage, the mixed sample
     db, run_id = quick_pass(tmp_path, budget={"gpu_hours": 3})
     plan = stored_plan(db, run_id)
-    assert plan.shared is None and plan.shared_note.startswith("the pass's budget ended it")
-    assert "budget.gpu_hours" in plan.shared_note
+    assert plan.shared is None and "budget.gpu_hours (3)" in plan.shared_note
+    assert plan.shared_note.startswith("the mixed sample was not read on ")
     assert plan.as_dict()["split_or_shared_note"] == plan.shared_note
     code, out, _ = run("plan", "--run", run_id, "--db", db)
-    assert code == 0 and "split or shared: not measured: the pass's budget ended it" in out
+    assert code == 0 and "split or shared: not measured: the mixed sample was not read" in out
 
 
 def test_the_searches_leave_room_in_the_budget_for_the_mixed_readings(tmp_path: Path) -> None:
