@@ -131,9 +131,10 @@ def search(read: Callable[[float], Probe], start: float, log_sd: float | None,
     if at(scale).met:
         low = scale
         while len(probes) < max_readings and scale < MAX_SCALE:
-            cap = _FAR if probes[scale].margin < -_FAR else _STEP
-            up = min(step, cap) if step is not None else cap
-            step = min(2 * step, cap) if step is not None else None
+            # far inside (every p99 under a quarter of its bound): ×4 whatever the hint said
+            far = probes[scale].margin < -_FAR
+            up = _FAR if far else min(step, _STEP) if step is not None else _STEP
+            step = min(2 * step, _STEP) if step is not None else None
             scale = _clamp(scale * math.exp(up))
             if not at(scale).met:
                 high = scale
@@ -142,7 +143,9 @@ def search(read: Callable[[float], Probe], start: float, log_sd: float | None,
     else:
         high = scale
         while len(probes) < max_readings and scale > MIN_SCALE:
-            down = math.exp(-(min(step, _STEP) if step is not None else _STEP))
+            # a p99 over twice its bound: halve whatever the hint said
+            far = probes[scale].margin > _STEP
+            down = math.exp(-(_STEP if far or step is None else min(step, _STEP)))
             step = min(2 * step, _STEP) if step is not None else None
             sustains = probes[scale].sustains
             scale = _clamp(scale * (sustains if sustains < down else down))  # NaN: the step
@@ -157,36 +160,44 @@ def search(read: Callable[[float], Probe], start: float, log_sd: float | None,
 
 def _pin(at: Callable[[float], Probe], probes: dict[float, Probe], low: float, high: float,
          max_readings: int) -> tuple[float, float]:
-    """ITP between ``low`` (met) and ``high`` (missed) in log rate (module doc)."""
+    """ITP between ``low`` (met) and ``high`` (missed) in log rate (module doc), its regula
+    falsi weighted as Illinois does: an end kept twice running counts half its margin, so a
+    margin flat on one side and steep on the other (a queue's p99) does not hold the readings
+    on one side of the knee."""
     a, b = math.log(low), math.log(high)
+    weight_a = weight_b = 1.0
+    kept: str | None = None
     eps = math.log1p(RESOLUTION) / 2
     n_max = max(0, math.ceil(math.log2((b - a) / (2 * eps)))) + _SLACK
     j = 0
     while b - a > 2 * eps and len(probes) < max_readings:
         mid = (a + b) / 2
-        guess = _interpolate(a, b, probes[low], probes[high])
+        guess = _interpolate(a, b, probes[low], probes[high], weight_a, weight_b)
         sign = math.copysign(1.0, mid - guess)
         truncated = guess + sign * eps if eps <= abs(mid - guess) else mid
         radius = eps * 2 ** (n_max - j) - (b - a) / 2
         x = truncated if abs(truncated - mid) <= radius else mid - sign * radius
         scale = math.exp(x)
         if at(scale).met:
-            a, low = x, scale
+            a, low, weight_a = x, scale, 1.0
+            weight_b, kept = (weight_b / 2 if kept == "b" else 1.0), "b"
         else:
-            b, high = x, scale
+            b, high, weight_b = x, scale, 1.0
+            weight_a, kept = (weight_a / 2 if kept == "a" else 1.0), "a"
         j += 1
     return low, high
 
 
-def _interpolate(a: float, b: float, low: Probe, high: Probe) -> float:
+def _interpolate(a: float, b: float, low: Probe, high: Probe, weight_a: float = 1.0,
+                 weight_b: float = 1.0) -> float:
     """Where the knee is likely, in log rate, between ``a`` (met) and ``b`` (missed): the rate
     the missed reading sustains when it fell behind and that lies inside, else regula falsi on
-    the margins, else the middle."""
+    the two margins (each × its weight), else the middle."""
     if high.sustains > 0:
         sustained = b + math.log(high.sustains)
         if a < sustained < b:
             return sustained
-    fa, fb = low.margin, high.margin
+    fa, fb = low.margin * weight_a, high.margin * weight_b
     if math.isfinite(fa) and math.isfinite(fb) and fa <= 0 < fb:
         return (a * fb - b * fa) / (fb - fa)
     return (a + b) / 2
