@@ -48,8 +48,8 @@ __all__ = [
     "MIN_SCALE",
     "RESOLUTION",
     "KneeSearch",
-    "Prediction",
     "Probe",
+    "ReadingCost",
     "first_step",
     "predict",
     "predicted_readings",
@@ -204,7 +204,7 @@ def _interpolate(a: float, b: float, low: Probe, high: Probe, weight_a: float = 
 
 
 @dataclass(frozen=True, slots=True)
-class Prediction:
+class ReadingCost:
     """What a capacity reading is expected to take before it starts: readings and their cost
     (in the unit of the ``cost`` given to :func:`predict`), each the mean over the knee's
     distribution."""
@@ -225,7 +225,7 @@ def _knees(start: float, log_sd: float | None) -> list[float]:
 
 
 def predict(start: float, log_sd: float | None, max_readings: int,
-            cost: Callable[[float], float]) -> Prediction:
+            cost: Callable[[float], float]) -> ReadingCost:
     """The readings a capacity reading starting at ``start`` with a hint of ``log_sd`` (None:
     no hint) is expected to take, and their cost, ``cost(scale)`` per reading: :func:`search`
     run against the model of the knee (module doc)."""
@@ -238,7 +238,7 @@ def predict(start: float, log_sd: float | None, max_readings: int,
         probes = search(model, start, log_sd, max_readings).probes
         readings += len(probes)
         spent += sum(cost(s) for s, _ in probes)
-    return Prediction(readings / len(knees), spent / len(knees))
+    return ReadingCost(readings / len(knees), spent / len(knees))
 
 
 @functools.lru_cache(maxsize=1024)
