@@ -367,7 +367,7 @@ class PlanPolicy(_Model):
     headroom: float = Field(
         default=0.1, gt=0,
         description="Planned rate per replica at most capacity / (1 + headroom): 0.1 covers "
-                    "the capacity reading's resolution (2%) and the replay-to-replay noise "
+                    "the capacity reading's resolution (3%) and the replay-to-replay noise "
                     "(a few %); bursts are covered by the peak window, not by headroom.")
     growth: list[float] = Field(
         default_factory=lambda: [1.0, 2.0, 4.0],

@@ -17,8 +17,9 @@ order-statistic interval for each p99 (:func:`p99_interval_ms`) and a verdict of
 or *undecided* (the interval straddles the bound), so that a reading too thin to decide the SLO
 is never taken as certain.
 
-This module is a leaf: it imports nothing from autotune (``autotune.types`` re-exports
-:class:`Slo`).
+This module imports only :mod:`autotune.knee_search` (a leaf), whose scale bounds, resolution
+and predicted readings it re-exports beside :data:`KEPT_UP` for the capacity reading and the
+predictor (``autotune.types`` re-exports :class:`Slo`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from autotune.knee_search import MAX_SCALE, MIN_SCALE, RESOLUTION, first_step, predicted_readings
 
 if TYPE_CHECKING:  # numpy is imported where arrays are judged: read-only commands start faster
     import numpy as np
@@ -45,37 +48,6 @@ SLO_QUANTILE = 0.99
 #: A capacity replay that kept up with less than this share of its arrival rate fell behind:
 #: it misses the SLO whatever its p99s read (:func:`autotune.orchestrate.capacity.kept_up`).
 KEPT_UP = 0.95
-
-#: Bounds of a capacity reading's arrival scale (the multiple of the sample's rate replayed),
-#: shared by the capacity search and the predictor that forecasts its reading.
-MIN_SCALE, MAX_SCALE = 1 / 64, 64.0
-
-#: The capacity search stops refining once the highest rate met and the lowest missed are
-#: within this fraction of each other (so a capacity lies within this fraction above the rate
-#: it kept, when the rate above was not read).
-RESOLUTION = 0.02
-
-
-def first_step(log_sd: float | None) -> float | None:
-    """The factor of the first step away from a hinted start, given the standard deviation
-    of the hint's log (:class:`~autotune.types.CapacityHint`): one standard deviation, at
-    least 4 × :data:`RESOLUTION` and at most 4× (None: no hint, the ladder doubles or
-    quadruples up and halves down)."""
-    if log_sd is None or not math.isfinite(log_sd):
-        return None
-    return min(max(math.exp(abs(log_sd)), 1 + 4 * RESOLUTION), 4.0)
-
-
-def predicted_readings(log_sd: float | None, max_replays: int) -> float:
-    """How many readings a capacity reading is expected to take, before it starts: with a
-    hint, the start, one step to bracket and Brent's steps across that bracket to
-    :data:`RESOLUTION` (one halving each at worst); without one, every replay allowed."""
-    step = first_step(log_sd)
-    if step is None:
-        return float(max_replays)
-    return min(float(max_replays),
-               2.0 + math.ceil(math.log2(math.log(step) / math.log1p(RESOLUTION))))
-
 
 #: One-sided confidence of a verdict: *met* says the p99 is within its bound, *missed* that it is
 #: over it, each with this confidence (the two ends of a central interval of 2 × this - 1).

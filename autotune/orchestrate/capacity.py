@@ -48,27 +48,31 @@ capacity to the next slower rate met, and one still undecided is reported as suc
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Callable
 from dataclasses import replace
 from typing import NamedTuple
 
 from autotune.backends import Replica
-from autotune.orchestrate.capacity_window import SETTLE_LIFETIMES, settle_margin, window_requests
+from autotune.knee_search import Probe, first_step, predict, search
+from autotune.orchestrate.capacity_window import (
+    SETTLE_LIFETIMES,
+    settle_margin,
+    warmed_window,
+    window_requests,
+)
 from autotune.slo import (
     KEPT_UP,
     MAX_SCALE,
     MIN_SCALE,
     RESOLUTION,
-    first_step,
     predicted_readings,
     values_to_bound,
 )
-from autotune.types import CapacityHint, Measurement, Progress, ReplaySchedule, Request, Slo
+from autotune.types import Measurement, Progress, ReplaySchedule, Request, Slo
 
 __all__ = ["KEPT_UP", "MAX_SCALE", "MIN_SCALE", "RESOLUTION", "kept_up", "predicted_readings",
-           "replay_at_capacity", "replay_margin"]
+           "reading_cost_s", "replay_at_capacity", "replay_margin"]
 
 #: :func:`replay_margin` of a replay that missed the SLO by failed requests, not by a p99.
 FAILED_MARGIN = math.log(2.0)
@@ -110,8 +114,7 @@ def replay_margin(m: Measurement, slo: Slo, kept: float = math.nan) -> float:
     """How far a replay is from the SLO's edge, as the log of its binding ratio (the largest
     of: measured p99 over bound, and the share of the rate it fell behind by, 1 - ``kept``
     (:func:`kept_up`), over the share allowed, 1 - :data:`KEPT_UP`): <= 0 when the replay met
-    the SLO, > 0 when it missed, and at least :data:`FAILED_MARGIN` (failed requests alone
-    read just that).
+    the SLO, > 0 when it missed (:data:`FAILED_MARGIN` when failed requests alone missed it).
     A replica that kept up with the whole rate adds nothing (a ratio of 0), so the margin of a
     replay far inside its bounds stays far below 0, where Brent's method reads it."""
     check = m.slo_check(slo)
@@ -124,15 +127,10 @@ def replay_margin(m: Measurement, slo: Slo, kept: float = math.nan) -> float:
     margin = math.log(worst) if worst > 0 and math.isfinite(worst) else math.nan
     if check.met and not kept < KEPT_UP:
         return min(margin, 0.0) if math.isfinite(margin) else -1.0
-    # every miss reads at least FAILED_MARGIN: p99s often flatten out just over a bound (Kimi
-    # DSpark chat-low: p99 ITL 61-63 ms from 1/8 to 1/4 of the rate against 60, 26 ms at 1/16),
-    # and their true ratio, a hair above 1, draws Brent's interpolation next to the missed rate
-    # over and over; read as a clear miss, the next rate lands inside the bracket
-    return max(margin, FAILED_MARGIN) if math.isfinite(margin) else FAILED_MARGIN
-
-
-class _OutOfReplays(Exception):
-    pass
+    # a miss whose ratios read inside (failed requests alone) or not at all reads
+    # FAILED_MARGIN; one just over a bound reads just over 0, where the search's
+    # interpolation puts the knee near it (its projection bounds what a flat p99 costs)
+    return margin if math.isfinite(margin) and margin > 0 else FAILED_MARGIN
 
 
 class _Replay(NamedTuple):
@@ -150,52 +148,22 @@ class _Replay(NamedTuple):
     sustained: bool = True
     window_s: float = math.nan
 
-
-def _refine(run: Callable[[float], bool], tried: dict[float, _Replay], lo: float, hi: float,
-            max_replays: int) -> float:
-    """The highest rate met between ``lo`` (met) and ``hi`` (missed), within the replays left.
-
-    Brent's method (:func:`scipy.optimize.brentq`) on the SLO margin against the log of the
-    rate: interpolation where the margin is smooth, bisection where it is not, the bracket kept
-    either way. It stops when the bracket is within :data:`RESOLUTION` or the replays are spent.
-    When ``hi`` fell behind, the first rate tried is a little below the one it kept up with
-    (over :data:`KEPT_UP`): a replica that falls behind keeps up with the rate it sustains,
-    which puts that rate within one replay.
-    """
-    from scipy.optimize import brentq
-
-    sustained = hi * tried[hi].kept_up / KEPT_UP * (1 - RESOLUTION / 2)
-    if lo * (1 + RESOLUTION) < sustained < hi and len(tried) < max_replays:
-        if run(sustained):
-            lo = sustained
-        else:
-            hi = sustained
-    scales = {math.log(s): s for s in (lo, hi)}  # exp(log(s)) may not give s back
-
-    def margin(x: float) -> float:
-        scale = scales.setdefault(x, math.exp(x))
-        if scale not in tried:
-            if len(tried) >= max_replays:
-                raise _OutOfReplays
-            run(scale)
-        return tried[scale].margin
-
-    with contextlib.suppress(_OutOfReplays):  # the replays are spent: keep what was met
-        brentq(margin, math.log(lo), math.log(hi), xtol=math.log1p(RESOLUTION),
-               full_output=True, disp=False)
-    return max(s for s in tried if lo <= s < hi and tried[s].met)
+    def probe(self) -> Probe:
+        """What the search reads of it: met, margin and, when it fell behind, the share of its
+        rate the replica sustains (the share it kept up with over the share required)."""
+        behind = self.kept_up < KEPT_UP
+        return Probe(self.met, self.margin, self.kept_up / KEPT_UP if behind else math.nan)
 
 
-def _predicted_busy_s(hint: CapacityHint | None, start: float, window_s: float | None,
-                      sample_span_s: float, max_replays: int) -> float:
-    """Replica seconds the reading is expected to spend, before it starts: its readings, each
-    the window at the start rate plus one drain (a quarter of a sustained window; module doc of
-    :mod:`~autotune.orchestrate.capacity_window`), as many as
-    :func:`~autotune.slo.predicted_readings`."""
-    span = sample_span_s / start if sample_span_s > 0 else math.nan
+def reading_cost_s(scale: float, window_s: float | None, sample_span_s: float,
+                   warmup_s: float = 0.0) -> float:
+    """Replica seconds one reading at ``scale`` is expected to take: its window (the sample's
+    span at that rate when the whole sample fits) plus one drain (a quarter of a sustained
+    window, :mod:`~autotune.orchestrate.capacity_window`), plus ``warmup_s`` of warm-up
+    arrivals ahead of it."""
+    span = sample_span_s / scale if sample_span_s > 0 else math.nan
     per = min(window_s, span) if window_s is not None else span
-    readings = predicted_readings(hint.log_sd if hint else None, max_replays)
-    return readings * per * (1.0 + 1.0 / SETTLE_LIFETIMES)
+    return per * (1.0 + 1.0 / SETTLE_LIFETIMES) + warmup_s
 
 
 def _tag(scale: float, readings: list[tuple[float, _Replay]], feasible: bool,
@@ -253,9 +221,10 @@ def replay_at_capacity(replica: Replica, schedule: ReplaySchedule, slo: Slo,
 
     def read(scale: float, window_s: float | None) -> _Replay:
         nonlocal wall
-        part = window_requests(requests, scale, window_s)
-        # the server warms up once: only its first reading leaves requests out for it
-        warmup = min(schedule.warmup_requests, max(0, len(part) - 1)) if not tried else 0
+        # the server warms up once: only its first reading leads with warm-up requests, taken
+        # from outside the window it is judged on
+        part, warmup = warmed_window(requests, scale, window_s,
+                                     schedule.warmup_requests if not tried else 0)
         sliced = replace(schedule, requests=part, time_scale=scale, warmup_requests=warmup)
         m = replica.replay(sliced, progress)
         wall += m.wall_time_s
@@ -269,41 +238,18 @@ def replay_at_capacity(replica: Replica, schedule: ReplaySchedule, slo: Slo,
         sustained = bool(settle <= 0)
         return _Replay(slo_met and sustained, m, margin, kept, slo_met, sustained, span)
 
-    def run(scale: float) -> bool:
+    def probe(scale: float) -> Probe:
         tried[scale] = read(scale, window)
-        return tried[scale].met
+        return tried[scale].probe()
 
-    step = first_step(hint.log_sd if hint is not None else None)
-    scale = (min(max(hint.scale, MIN_SCALE), MAX_SCALE) if hint is not None and step is not None
-             else schedule.time_scale)
-    predicted = _predicted_busy_s(hint, scale, window, _arrival_span(schedule), max_replays)
-    lo: float | None = None  # fastest known feasible
-    hi: float | None = None  # slowest known infeasible
-    if run(scale):
-        lo = scale
-        while len(tried) < max_replays and scale < MAX_SCALE:
-            # far inside every bound (each p99 under a quarter of it): quadruple, else double
-            up = step or (4.0 if tried[scale].margin < -math.log(4.0) else 2.0)
-            scale = min(scale * up, MAX_SCALE)
-            step = min(step * step, 4.0) if step is not None else None
-            if run(scale):
-                lo = scale
-            else:
-                hi = scale
-                break
-    else:
-        hi = scale
-        while len(tried) < max_replays and scale > MIN_SCALE:
-            kept = tried[scale].kept_up
-            down = 1.0 / step if step is not None else 0.5
-            step = min(step * step, 4.0) if step is not None else None
-            scale = max(scale * (kept if kept < down else down), MIN_SCALE)  # nan: step down
-            if run(scale):
-                lo = scale
-                break
-            hi = scale
-    if lo is not None and hi is not None:
-        lo = _refine(run, tried, lo, hi, max_replays)
+    log_sd = hint.log_sd if hint is not None else None
+    start = hint.scale if hint is not None and first_step(log_sd) is not None \
+        else schedule.time_scale
+    span = _arrival_span(schedule)
+    lead = _warmup_span_s(requests, start, window, schedule.warmup_requests)
+    predicted = predict(start, log_sd, max_replays, lambda s: reading_cost_s(s, window, span))
+    found = search(probe, start, log_sd, max_replays)
+    lo = found.low
     again: list[tuple[float, _Replay]] = []
     if lo is not None:
         lo, again = _decide(read, tried, lo, window, requests, slo)
@@ -314,9 +260,23 @@ def replay_at_capacity(replica: Replica, schedule: ReplaySchedule, slo: Slo,
     else:
         keep = again[-1][1] if again and again[-1][1].met else tried[lo]
         kept_reading = _tag(lo, readings, True, at_target, slo, keep)
-    extra = {**kept_reading.extra, "capacity_predicted_busy_s": predicted,
+    missed = [s for s, r in tried.items() if lo is not None and s > lo and not r.met]
+    extra = {**kept_reading.extra,
+             "capacity_predicted_readings": predicted.readings,
+             "capacity_predicted_busy_s": predicted.cost + lead,
+             "capacity_busy_s": sum(r.measurement.busy_s for _, r in readings),
+             "capacity_resolution": min(missed) / lo - 1.0 if missed and lo else math.nan,
              "capacity_slice_rate_ratio": _slice_rate_ratio(kept_reading, schedule, requests)}
     return replace(kept_reading, wall_time_s=wall, extra=extra)
+
+
+def _warmup_span_s(requests: list[Request], scale: float, window_s: float | None,
+                   warmup: int) -> float:
+    """Replica seconds the first reading's warm-up requests arrive over ahead of its window."""
+    part, lead = warmed_window(requests, scale, window_s, warmup)
+    if not lead or len(part) <= lead:
+        return 0.0
+    return float(part[lead].arrival_s or 0.0) / scale
 
 
 def _slice_rate_ratio(kept: Measurement, schedule: ReplaySchedule,

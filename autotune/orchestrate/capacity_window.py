@@ -33,7 +33,7 @@ from autotune.errors import ConfigError
 from autotune.types import Measurement, Request
 
 __all__ = ["SETTLE_LIFETIMES", "busiest_slice", "check_window", "settle_margin",
-           "window_requests"]
+           "warmed_window", "window_requests"]
 
 #: A reading is a sustained rate when its window spans at least this many median request
 #: lifetimes (module doc: half the window's requests then see a settled batch).
@@ -53,18 +53,56 @@ def busiest_slice(arrivals: Sequence[float], length: float) -> tuple[int, int]:
     return best
 
 
+def _slice(requests: Sequence[Request], scale: float, window_s: float | None
+           ) -> tuple[int, int] | None:
+    """Indices of the busiest slice a reading at ``scale`` replays; None: all the requests
+    (no window, or requests without arrival times)."""
+    if window_s is None or any(r.arrival_s is None for r in requests):
+        return None
+    return busiest_slice([float(r.arrival_s or 0.0) for r in requests], window_s * scale)
+
+
 def window_requests(requests: Sequence[Request], scale: float,
                     window_s: float | None) -> list[Request]:
     """The requests a reading at ``scale`` replays within ``window_s`` replica seconds (the
     busiest slice, module doc), their arrivals shifted to start at 0; all of them when
     ``window_s`` is None or the requests have no arrival times."""
-    if window_s is None or any(r.arrival_s is None for r in requests):
+    bounds = _slice(requests, scale, window_s)
+    if bounds is None:
         return list(requests)
-    arrivals = [float(r.arrival_s or 0.0) for r in requests]
-    i, j = busiest_slice(arrivals, window_s * scale)
-    t0 = arrivals[i] if j > i else 0.0
-    return [replace(r, arrival_s=a - t0) for r, a in zip(requests[i:j], arrivals[i:j],
-                                                          strict=True)]
+    i, j = bounds
+    t0 = float(requests[i].arrival_s or 0.0) if j > i else 0.0
+    return [replace(r, arrival_s=float(r.arrival_s or 0.0) - t0) for r in requests[i:j]]
+
+
+def warmed_window(requests: Sequence[Request], scale: float, window_s: float | None,
+                  warmup: int) -> tuple[list[Request], int]:
+    """The window of a replica's first reading with ``warmup`` requests ahead of it, and how
+    many lead it (the schedule's ``warmup_requests``).
+
+    The warm-up requests come from outside the window (those just before the busiest slice,
+    then those just after it), so the window is judged on all of its requests however few
+    it holds. They arrive ahead of it at the slice's mean pace, squeezed when needed into a
+    quarter of the window (:data:`SETTLE_LIFETIMES`: a reading at 1/64 of the rate does not
+    spend 64 gaps per warm-up request): the server is warm and its batch already filling when
+    the window opens. Only when the window holds the whole sample are they its own first
+    requests, as many as leave one to measure."""
+    part = window_requests(requests, scale, window_s)
+    bounds = _slice(requests, scale, window_s)
+    if warmup <= 0:
+        return part, 0
+    if bounds is None or (bounds[0] == 0 and bounds[1] == len(requests)):
+        return part, min(warmup, max(0, len(part) - 1))
+    i, j = bounds
+    outside = [*requests[max(0, i - warmup):i], *requests[j:j + warmup - min(i, warmup)]]
+    span = float(part[-1].arrival_s or 0.0) if len(part) > 1 else 0.0
+    gap = span / (len(part) - 1) if len(part) > 1 else 0.0
+    if window_s is not None and gap * len(outside) > window_s * scale / SETTLE_LIFETIMES:
+        gap = window_s * scale / SETTLE_LIFETIMES / len(outside)
+    lead = [replace(r, arrival_s=-gap * (len(outside) - k)) for k, r in enumerate(outside)]
+    t0 = float(lead[0].arrival_s or 0.0) if lead else 0.0
+    return [replace(r, arrival_s=float(r.arrival_s or 0.0) - t0) for r in [*lead, *part]], \
+        len(lead)
 
 
 def settle_margin(m: Measurement, window_s: float) -> float:

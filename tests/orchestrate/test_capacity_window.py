@@ -22,6 +22,7 @@ from autotune.orchestrate.capacity_window import (
     busiest_slice,
     check_window,
     settle_margin,
+    warmed_window,
     window_requests,
 )
 from autotune.policy import DEFAULT_POLICY_PATH
@@ -244,3 +245,44 @@ def test_a_reading_completing_under_four_fifths_of_its_rate_is_not_sustained() -
     drained = replace(m, duration_s=28.0)
     assert settle_margin(drained, 20.0) == pytest.approx(math.log(4 * 8.0 / 20.0))
     assert settle_margin(drained, 20.0) > 0
+
+
+def test_the_warm_up_is_taken_from_outside_the_window_it_is_judged_on() -> None:
+    # a 20 s window at the rate to serve holds ~20 requests of a 1 request/s sample: with 16
+    # warm-up requests taken from inside it, the first reading was judged on ~4
+    sample = _sample(300)
+    window = window_requests(sample, 1.0, 20.0)
+    part, lead = warmed_window(sample, 1.0, 20.0, 16)
+    assert lead == 16
+    assert [r.id for r in part[lead:]] == [r.id for r in window]
+    assert not {r.id for r in part[:lead]} & {r.id for r in window}
+    arrivals = [float(r.arrival_s or 0.0) for r in part]
+    assert arrivals == sorted(arrivals) and arrivals[0] == 0.0
+    assert arrivals[lead] <= 20.0 / SETTLE_LIFETIMES + 1e-9  # squeezed into a quarter window
+    # at 1/64 of the rate the warm-up still arrives within a quarter of the window
+    slow, lead = warmed_window(sample, 1 / 64, 20.0, 16)
+    assert (slow[lead].arrival_s or 0.0) * 64 <= 20.0 / SETTLE_LIFETIMES + 1e-9
+    # the capacity reading's first replay measures every request of its window
+    slo = Slo(ttft_p99_ms=3000.0, itl_p99_ms=0.001)  # missed at every rate: it reads down
+    server = RateServer()
+    m = replay_at_capacity(server, replace(_schedule(sample, slo, 20.0), warmup_requests=16),
+                           slo)
+    assert m.extra["capacity_met_slo"] == 0.0
+    assert server.requests[0] == len(window)  # the first replay, at the rate to serve
+    # a window whose whole sample fits leaves its own first requests out, one at least measured
+    whole, lead = warmed_window(sample[:10], 1.0, 1000.0, 16)
+    assert lead == 9 and len(whole) == 10
+
+
+def test_a_reading_records_its_predicted_and_spent_cost_and_resolution() -> None:
+    sample = _sample(1000)
+    slo = Slo(ttft_p99_ms=3000.0, itl_p99_ms=60.0)
+    m = replay_at_capacity(RateServer(), _schedule(sample, slo, 60.0, CapacityHint(4.0, 0.3)),
+                           slo)
+    readings = int(m.extra["capacity_replays"])
+    assert m.extra["capacity_busy_s"] == pytest.approx(
+        sum(m.extra[f"replay{i}_busy_s"] for i in range(readings)))
+    assert 1 <= m.extra["capacity_predicted_readings"] <= 7
+    assert m.extra["capacity_resolution"] <= RESOLUTION + 1e-9
+    assert m.extra["capacity_high_scale"] == pytest.approx(
+        m.extra["load_scale"] * (1 + m.extra["capacity_resolution"]))
