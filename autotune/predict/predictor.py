@@ -177,6 +177,8 @@ class Predictor:
                                       find_capacity=find_capacity)
         self.observations: list[Observation] = []
         self._predictions: dict[TrialConfig, Prediction] | None = None
+        #: the tail model fitted on the predictions it was fitted with (refitted after a refresh)
+        self._tail: tuple[dict[TrialConfig, Prediction], TailModel] | None = None
         self._calibrated_runs = 0
         self.model_error = GP_SCALE
 
@@ -460,10 +462,14 @@ class Predictor:
 
     def tail_model(self) -> TailModel:
         """The p99s' predictive distribution at any rate (:mod:`autotune.predict.tail`), on
-        the current best fit, calibrated on every reading of every run measured."""
-        self.predict()
-        return TailModel.fit(self.workload, self.cost, self.factors, self.slo,
-                             [t for o in self.measured for t in o.tails], block=self.block)
+        the current best fit, calibrated on every reading of every run measured. Fitted once
+        per refresh: until a new run is observed, every call returns the same model."""
+        preds = self.predict()
+        if self._tail is None or self._tail[0] is not preds:
+            self._tail = (preds, TailModel.fit(self.workload, self.cost, self.factors, self.slo,
+                                               [t for o in self.measured for t in o.tails],
+                                               block=self.block))
+        return self._tail[1]
 
     def predict(self) -> dict[TrialConfig, Prediction]:
         """Predictions for every candidate (and every measured config), refitting if needed."""

@@ -354,25 +354,50 @@ class _Residual:
 def _best_sizes(basis: _Basis, error: FloatArray, noise_var: FloatArray, offset: float
                 ) -> tuple[float, _Sizes]:
     """The error sizes of highest log marginal likelihood (with their log-normal prior) of
-    ``error`` whose known noise is ``noise_var``, and that score."""
-    median, prior_sd = _SIZE_PRIOR
+    ``error`` whose known noise is ``noise_var``, and that score. Every size of the grid is
+    factored in one batched Cholesky (the same factorisation, matrix by matrix, as one at a
+    time); the grid is walked in the order config, nugget, knee and the first best wins."""
+    grid = [_Sizes(float(config), float(nugget), float(knee), offset)
+            for config in _SIZES for nugget in _SIZES for knee in _SIZES]
+    scores = _size_scores(basis, error, noise_var, grid)
     best: tuple[float, _Sizes] | None = None
-    for config in _SIZES:
-        for nugget in _SIZES:
-            for knee in _SIZES:
-                sizes = _Sizes(float(config), float(nugget), float(knee), offset)
-                cov = sizes.combine(basis) + np.diag(nugget**2 + noise_var)
-                try:
-                    chol = np.linalg.cholesky(cov)
-                except np.linalg.LinAlgError:
-                    continue
-                a = np.linalg.solve(chol, error)
-                score = (-0.5 * float(a @ a) - float(np.log(np.diag(chol)).sum())
-                         - 0.5 * sum((math.log(v / median) / prior_sd) ** 2
-                                     for v in (config, nugget, knee)))
-                if best is None or score > best[0]:
-                    best = (score, sizes)
+    for score, sizes in zip(scores, grid, strict=True):
+        if score is not None and (best is None or score > best[0]):
+            best = (score, sizes)
+    median = _SIZE_PRIOR[0]
     return best if best is not None else (0.0, _Sizes(median, median, median, offset))
+
+
+def _size_scores(basis: _Basis, error: FloatArray, noise_var: FloatArray,
+                 grid: Sequence[_Sizes]) -> list[float | None]:
+    """The log marginal likelihood (with the sizes' log-normal prior) of ``error`` at each of
+    ``grid`` (None where the covariance is not positive definite)."""
+    median, prior_sd = _SIZE_PRIOR
+
+    def prior(s: _Sizes) -> float:
+        return 0.5 * sum((math.log(v / median) / prior_sd) ** 2
+                         for v in (s.config, s.nugget, s.knee))
+
+    def cov(s: _Sizes) -> FloatArray:
+        out: FloatArray = s.combine(basis) + np.diag(s.nugget**2 + noise_var)
+        return out
+
+    try:
+        chol = np.linalg.cholesky(np.stack([cov(s) for s in grid]))
+    except np.linalg.LinAlgError:  # some size is not positive definite: one at a time
+        out: list[float | None] = []
+        for s in grid:
+            try:
+                one = np.linalg.cholesky(cov(s))
+            except np.linalg.LinAlgError:
+                out.append(None)
+                continue
+            a = np.linalg.solve(one, error)
+            out.append(-0.5 * float(a @ a) - float(np.log(np.diag(one)).sum()) - prior(s))
+        return out
+    a = np.linalg.solve(chol, np.broadcast_to(error[:, None], (len(grid), error.size, 1)))
+    return [-0.5 * float(a[k, :, 0] @ a[k, :, 0])
+            - float(np.log(np.diag(chol[k])).sum()) - prior(s) for k, s in enumerate(grid)]
 
 
 def _outlier_var(cross: FloatArray, nugget: float, error: FloatArray, noise_var: FloatArray

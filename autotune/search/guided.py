@@ -39,6 +39,7 @@ from autotune.objective import Outcome, Standard, met_at_some_rate, rank_measure
 from autotune.policy import Policy
 from autotune.predict import Observation, Prediction, Predictor
 from autotune.predict.facts import Facts, UndescribedReplica, describe_replica
+from autotune.predict.residual import GP_NOISE
 from autotune.search.sampler import create_tpe
 from autotune.search.strategy import Proposal, Strategy, StrategySetup
 from autotune.slo import MAX_SCALE, MIN_SCALE, predicted_readings
@@ -82,16 +83,26 @@ class Candidate:
 
 
 def _expected_improvement(p: Prediction, incumbent: float) -> float:
-    """E[max(0, V - incumbent)] for V lognormal(log_mean, log_sd)."""
+    """E[max(0, V' - incumbent)] where V' is what one reading of the config will let the search
+    believe of it: the posterior median of its value once a reading with noise
+    :data:`~autotune.predict.residual.GP_NOISE` (log sd) is in. A reading reveals the config's
+    value only up to its noise, and the recommendation is made from readings, so an
+    improvement smaller than the noise is found only as often as a reading ranks it: V' is
+    lognormal with the prediction's median and sd s^2 / sqrt(s^2 + noise^2) (the one-step
+    knowledge gradient), never wider than the prediction."""
     from scipy.stats import norm
 
-    mu, sd = p.log_mean, max(p.log_sd, 1e-6)
+    prior = max(p.log_sd, 1e-6)
+    mu, sd = p.log_mean, max(prior * prior / math.hypot(prior, GP_NOISE), 1e-6)
     if incumbent <= 0:
         return math.exp(mu + sd * sd / 2.0)
     d = (mu - math.log(incumbent)) / sd
     gain = math.exp(mu + sd * sd / 2.0) * float(norm.cdf(d + sd)) - incumbent * float(norm.cdf(d))
     return max(gain, 0.0)
 
+
+#: The one-sided 95% point of a normal: the optimistic end of a prediction.
+_Z95 = 1.645
 
 #: The rates (× the rate to serve) the tail model is asked about: the capacity reading's range
 #: in steps of 4x; then :data:`_FINE` more inside the step where the chance crosses 1/2, so the
@@ -347,13 +358,18 @@ class GuidedStrategy(Strategy):
         return Proposal(decision.config, decision.reason, capacity_hint=decision.hint)
 
     def surprise(self, config: TrialConfig, outcome: Outcome) -> str | None:
-        """A reading above the optimistic end of the prediction the config was proposed on
-        (its ~95th percentile: model error and replay noise both counted)."""
+        """A reading above the optimistic end (~95th percentile) of what a reading of the
+        config was predicted to read when it was proposed: the prediction's spread and one
+        reading's noise (:data:`~autotune.predict.residual.GP_NOISE`) both counted, so a
+        reading is not a surprise for being as noisy as every reading is."""
         p = self._expected.get(config)
-        if p is None or not p.high > 0 or outcome.value <= p.high:
+        if p is None or not p.value > 0:
+            return None
+        high = math.exp(p.log_mean + _Z95 * math.hypot(p.log_sd, GP_NOISE))
+        if outcome.value <= high:
             return None
         return (f"a surprise: it read {outcome.value:.4g}, {outcome.value / p.value - 1:.0%} "
-                f"above its prediction {p.value:.4g} (optimistic end {p.high:.4g})")
+                f"above its prediction {p.value:.4g} (optimistic end {high:.4g})")
 
     def observe(self, config: TrialConfig, outcome: Outcome | None,
                 measurement: Measurement | None) -> None:

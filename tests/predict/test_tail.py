@@ -177,3 +177,28 @@ def test_slow_requests_that_queue_together_count_as_one_run() -> None:
     apart[0, [10, 60, 110, 160]] = 10.0
     assert _slow_runs(together)[0] == 4.0
     assert _slow_runs(apart)[0] == 1.0
+
+
+def test_the_batched_size_search_picks_what_one_size_at_a_time_picks() -> None:
+    from autotune.predict.tail import _SIZE_PRIOR, _SIZES, _Basis, _best_sizes, _Sizes
+
+    rng = np.random.default_rng(3)
+    n = 12
+    vecs = rng.normal(size=(4, n, 3))
+    basis = _Basis(*(v @ v.T / 3.0 for v in vecs))
+    error = rng.normal(scale=0.2, size=n)
+    noise = rng.uniform(0.0001, 0.01, size=n)
+    median, prior_sd = _SIZE_PRIOR
+    best: tuple[float, _Sizes] | None = None
+    for config in _SIZES:
+        for nugget in _SIZES:
+            for knee in _SIZES:
+                sizes = _Sizes(float(config), float(nugget), float(knee), 0.5)
+                chol = np.linalg.cholesky(sizes.combine(basis) + np.diag(nugget**2 + noise))
+                a = np.linalg.solve(chol, error)
+                score = (-0.5 * float(a @ a) - float(np.log(np.diag(chol)).sum())
+                         - 0.5 * sum((math.log(v / median) / prior_sd) ** 2
+                                     for v in (config, nugget, knee)))
+                if best is None or score > best[0]:
+                    best = (score, sizes)
+    assert _best_sizes(basis, error, noise, 0.5) == best

@@ -416,3 +416,40 @@ def test_the_policy_s_gpu_wins_over_what_the_cluster_reports() -> None:
     assert isinstance(search.strategy, GuidedStrategy)
     assert search.strategy.use_hardware("A100") is None
     assert search.strategy.guide.predictor.facts.hardware.kind == "H200"
+
+
+def test_the_tail_model_is_fitted_once_per_run_observed() -> None:
+    g = guide()
+    model = g.predictor.tail_model()
+    assert g.predictor.tail_model() is model
+    g.observe(BASELINE, Outcome(4.0, {}, summary()))
+    assert g.predictor.tail_model() is not model
+
+
+def test_an_improvement_smaller_than_a_reading_s_noise_is_worth_less_than_its_prediction_says(
+        ) -> None:
+    from autotune.predict.residual import GP_NOISE
+    from autotune.search.guided import _expected_improvement
+
+    def ei(median: float, sd: float) -> float:
+        return _expected_improvement(Prediction(BASELINE, median, 0.0, 0.0, math.log(median),
+                                                sd, 0.0), 10.0)
+
+    def plain(median: float, sd: float) -> float:  # E[max(0, V - 10)], V lognormal
+        from scipy.stats import norm
+        d = (math.log(median) - math.log(10.0)) / sd
+        return median * math.exp(sd * sd / 2) * norm.cdf(d + sd) - 10.0 * norm.cdf(d)
+
+    # a prediction as narrow as one reading's noise: one reading reveals about half of it
+    assert ei(9.8, GP_NOISE) < 0.5 * plain(9.8, GP_NOISE)
+    # a wide prediction: one reading reveals nearly all of it
+    assert ei(9.8, 0.3) == pytest.approx(plain(9.8, 0.3), rel=0.02)
+
+
+def test_a_reading_as_noisy_as_every_reading_is_not_a_surprise() -> None:
+    a = TrialConfig(3, False, 64, 4096)
+    strategy = GuidedStrategy(guide())
+    narrow = Prediction(a, 10.0, 10.0, 10.0, math.log(10.0), 0.001, 0.0)
+    strategy._expected[a] = narrow
+    assert strategy.surprise(a, Outcome(10.3, {})) is None      # 1.5 sd of one reading's noise
+    assert strategy.surprise(a, Outcome(11.0, {})) is not None  # 4.8 sd
