@@ -15,6 +15,8 @@ from click.testing import CliRunner
 from autotune.cli import cli
 from autotune.policy import DEFAULT_POLICY_PATH
 
+SMALL = Path(__file__).resolve().parents[1] / "examples" / "small.jsonl"
+
 
 def write_policy(tmp_path: Path, **changes: Any) -> Path:
     data = yaml.safe_load(DEFAULT_POLICY_PATH.read_text())
@@ -41,13 +43,15 @@ def widest(text: str) -> int:
     return max((len(line) for line in text.splitlines()), default=0)
 
 
-@pytest.fixture
-def infeasible_db(tmp_path: Path, small_sample: Path) -> tuple[str, Path, str, str]:
-    """A pass whose SLO no config can meet (a 5 ms p99 TTFT: prefill alone takes longer)."""
+@pytest.fixture(scope="module")
+def infeasible_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path, str, str]:
+    """A pass whose SLO no config can meet (a 5 ms p99 TTFT: prefill alone takes longer),
+    shared by the tests that read it."""
+    tmp_path = tmp_path_factory.mktemp("infeasible")
     policy = write_policy(tmp_path, **{"objective.slo.ttft_p99_ms": 5})
     db = f"sqlite:///{tmp_path / 'a.db'}"
     exports = tmp_path / "exports"
-    code, out, err = run("start", "--traffic", small_sample, "--policy", policy, "--db", db,
+    code, out, err = run("start", "--traffic", SMALL, "--policy", policy, "--db", db,
                          "--once", "--export-dir", exports)
     assert code == 0, err
     return db, exports, out, err

@@ -225,6 +225,8 @@ def _spread(tail: str, ph: _Physics, mean: FloatArray, var: FloatArray) -> _Spre
     hi = np.log(np.nanmax(positive, axis=1)) + mean + 4.0 * sd + 0.7
     lo, hi = np.nan_to_num(lo, nan=-12.0), np.nan_to_num(hi, nan=0.0)
     log_x = lo[:, None] + (hi - lo)[:, None] * np.linspace(0.0, 1.0, _POINTS)[None, :]
+    if not np.any(sd > 0):  # no residual spread: every node is the same r = mean
+        return _Spread(log_x, _p99_cdf(tail, ph, np.exp(log_x - mean[:, None])))
     nodes, weights = np.polynomial.hermite_e.hermegauss(_NODES)
     weights = weights / weights.sum()
     cdf = np.zeros_like(log_x)

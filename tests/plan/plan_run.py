@@ -24,9 +24,12 @@ def run(*args: str | Path) -> tuple[int, str, str]:
 def quick_pass(tmp: Path, backend_args: tuple[str, ...] = (),
                budget: dict[str, object] | None = None) -> tuple[str, str]:
     """One quick pass over examples/small.jsonl into a database under ``tmp``: (URL, run id);
-    ``budget``: policy budget keys to set besides ``trials`` (2)."""
+    ``budget``: policy budget keys to set besides ``trials`` (2). The grid searches (the plan
+    is judged, not the search)."""
     data = yaml.safe_load(DEFAULT_POLICY_PATH.read_text())
     data["budget"]["trials"] = 2
+    # the plan is judged here, not the search: the grid proposes without fitting a predictor
+    data["search"]["strategy"] = "grid"
     data["budget"].update(budget or {})
     data["replay"]["max_requests"] = REPLAYED
     data["replay"]["warmup_requests"] = 4

@@ -35,6 +35,7 @@ def bursty(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     sample.write_text("".join(json.dumps(r) + "\n" for r in chat))
     data = yaml.safe_load(DEFAULT_POLICY_PATH.read_text())
     data["budget"]["trials"] = 2
+    data["search"]["strategy"] = "grid"  # the plan is judged here, not the search
     data["replay"].update(max_requests=80, warmup_requests=0, window_s=WINDOW_S)
     policy = tmp / "bursty.yaml"
     policy.write_text(yaml.safe_dump(data))
