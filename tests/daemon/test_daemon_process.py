@@ -25,6 +25,7 @@ pytestmark = pytest.mark.slow
 def quick_policy(path: Path, trials: int) -> Path:
     data = yaml.safe_load(DEFAULT_POLICY_PATH.read_text())
     data["budget"]["trials"] = trials
+    data["search"]["strategy"] = "grid"  # what is judged here is not the search
     data["replay"]["max_requests"] = 30
     data["replay"]["warmup_requests"] = 2
     path.write_text(yaml.safe_dump(data))
