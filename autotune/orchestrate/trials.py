@@ -88,7 +88,8 @@ def open_ledger(options: TuneOptions, store: Store, run_id: str, replicas: int,
             ledger.charge(t.workload, t.replica, trial_cost(t.metrics))
     plan = store.plan(run_id)
     for r in plan.shared if plan else []:  # the mixed sample's readings made before
-        ledger.charge(MIXED, r.get("replica"), trial_cost(r.get("metrics") or {}))
+        if not r.get("not_read"):
+            ledger.charge(MIXED, r.get("replica"), trial_cost(r.get("metrics") or {}))
     return ledger
 
 
