@@ -19,6 +19,7 @@ from autotune.orchestrate import TuneOptions, tune
 from autotune.orchestrate.budget import Ledger
 from autotune.orchestrate.pool import SerialPool, run_trial
 from autotune.orchestrate.servers import REUSED, Servers
+from autotune.orchestrate.trials import open_ledger
 from autotune.plan import MIXED
 from autotune.policy import DEFAULT_POLICY_PATH, load_policy, policy_from_mapping
 from autotune.store import Store
@@ -288,3 +289,32 @@ def test_the_ledger_keeps_room_for_the_readings_after_the_searches() -> None:
     plain = Ledger(gpu_hours=14.0, wall_clock_s=1e9, replicas=1, gpus=8, clock=Clock())
     plain.charge("chat", "r0", trial)
     assert plain.refusal("chat") is None and plain.kept() is None
+
+
+def test_a_resumed_pass_is_charged_what_it_read_before(tmp_path: Path, db_url: str) -> None:
+    # a trial and a mixed-sample reading made before the stop count; a mixed config the
+    # budget left unread does not
+    store = Store.open(db_url)
+    try:
+        sid = store.record_sample(path="s.jsonl", sha256="s" * 64, size_bytes=10, requests=3,
+                                  skipped_lines=0, workloads={"chat": {"requests": 3}})
+        rid = store.create_run(backend="sim", policy_name="p", policy_sha256="h", policy={},
+                               sample_id=sid, seed=0)
+        trial, reading = TrialCost(480.0, 300.0, 8), TrialCost(480.0, 600.0, 8)
+        store.record_trial(run_id=rid, workload="chat", number=0, state="complete",
+                           params=TrialConfig(7, False, 8, 2048).as_dict(), replica="r0",
+                           metrics=trial.metrics())
+        store.save_plan(rid, shared=[
+            {"config": TrialConfig(7, False, 8, 2048).as_dict(), "metrics": reading.metrics(),
+             "error": None, "replica": "r0"},
+            {"config": TrialConfig(3, False, 8, 2048).as_dict(), "metrics": {}, "error": None,
+             "not_read": "the mixed sample was not read on n=3: budget spent"}])
+        options = TuneOptions(traffic=_sample(tmp_path), policy=_policy(trials=2),
+                              export_dir=tmp_path / "exp")
+        ledger = open_ledger(options, store, rid, replicas=1)
+    finally:
+        store.close()
+    assert ledger.spent.trials == 2 and ledger.spent.uncounted == 0
+    assert ledger.spent.gpu_h == pytest.approx(trial.gpu_h + reading.gpu_h)
+    predicted = ledger.predicted(MIXED)
+    assert predicted is not None and predicted.replay_s == pytest.approx(600.0)
