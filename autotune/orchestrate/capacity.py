@@ -295,6 +295,7 @@ def replay_at_capacity(replica: Replica, schedule: ReplaySchedule, slo: Slo,
              "capacity_predicted_busy_s": predicted.cost + lead,
              "capacity_busy_s": sum(r.measurement.busy_s for _, r in readings),
              "capacity_resolution": min(missed) / lo - 1.0 if missed and lo else math.nan,
+             "capacity_resolution_target": resolution,
              "capacity_slice_rate_ratio": _slice_rate_ratio(kept_reading, schedule, requests)}
     return replace(kept_reading, wall_time_s=wall, extra=extra)
 
