@@ -99,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
         files = {"knee-arms.jsonl": "one row per (workload, config, arm): the fine reading "
                                     "(arm fine) and each arm's capacity, readings, replica "
                                     "seconds, resolution, predicted readings and seconds, and "
-                                    "the scales read with the margin of each",
+                                    "the scales read with the log of each reading's worst "
+                                    "p99 over its bound",
                  "summary.json": "per arm: means over the units and ratios to no hint",
                  "summary.txt": "the same as printed"}
         if args.out:
