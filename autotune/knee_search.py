@@ -26,9 +26,14 @@ around the middle, so that the search never takes more than one reading beyond w
 bisection would, however the margin bends (a p99 flat just over its bound, a noisy one).
 
 **Predicted cost.** :func:`predict` runs the same search against a model of the knee: the
-margin is log(rate / knee), the knee normal in log around the start with the hint's standard
-deviation (without a hint: log-uniform over [:data:`MIN_SCALE`, :data:`MAX_SCALE`]), at eight
-equal-probability points. The expected readings and their cost (the caller prices each rate)
+knee normal in log around the start with the hint's standard deviation (without a hint:
+log-uniform over [:data:`MIN_SCALE`, :data:`MAX_SCALE`]), at eight equal-probability points,
+and a margin flat near it: log(rate / knee) shrunk towards 0 by :data:`FLAT_BAND` (10%), only
+its sign left inside. A measured p99 near its bound moves less than its replay noise over
+several per cent of rate (on the simulator's chat workload, within ±0.02 over 0.9–1.04 of the
+knee, ``bench/results/knee-search/``), so interpolation there is no better than bisection; a
+model margin linear to the knee made interpolation exact and predicted a reading or more too
+few. The expected readings and their cost (the caller prices each rate)
 are known before the first replay; a capacity reading records them beside what it spent.
 
 This module is a leaf: it imports nothing from autotune (:mod:`autotune.slo` re-exports its
@@ -44,6 +49,7 @@ from dataclasses import dataclass
 from statistics import NormalDist
 
 __all__ = [
+    "FLAT_BAND",
     "MAX_SCALE",
     "MIN_SCALE",
     "RESOLUTION",
@@ -72,6 +78,9 @@ _STEP = math.log(2.0)
 _SLACK = 1
 #: Points of the knee's distribution :func:`predict` runs the search at.
 _POINTS = 8
+#: The model margin's flat band: within this (in log rate) of the knee a p99 sits within its
+#: noise of the bound, so the model's margin there says only which side (module doc).
+FLAT_BAND = math.log(1.1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +92,10 @@ class Probe:
     met: bool
     margin: float
     sustains: float = math.nan
+    #: The margin of each constraint the reading is judged by (the same order in every probe
+    #: of one search; empty: only ``margin`` is known). The pin interpolates on the one that
+    #: missed: a p99 flat near its bound does not hide a constraint that crosses it steeply.
+    parts: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,9 +127,10 @@ def _clamp(scale: float) -> float:
 
 
 def search(read: Callable[[float], Probe], start: float, log_sd: float | None,
-           max_readings: int) -> KneeSearch:
-    """Bracket the knee from ``start`` then pin it (module doc), at most ``max_readings``
-    readings; ``read(scale)`` replays at ``scale`` and is never called twice at one scale."""
+           max_readings: int, resolution: float = RESOLUTION) -> KneeSearch:
+    """Bracket the knee from ``start`` then pin it to ``resolution`` (module doc), at most
+    ``max_readings`` readings; ``read(scale)`` replays at ``scale`` and is never called twice
+    at one scale."""
     probes: dict[float, Probe] = {}
 
     def at(scale: float) -> Probe:
@@ -154,12 +168,12 @@ def search(read: Callable[[float], Probe], start: float, log_sd: float | None,
                 break
             high = scale
     if low is not None and high is not None:
-        low, high = _pin(at, probes, low, high, max_readings)
+        low, high = _pin(at, probes, low, high, max_readings, resolution)
     return KneeSearch(tuple(probes.items()), low, high)
 
 
 def _pin(at: Callable[[float], Probe], probes: dict[float, Probe], low: float, high: float,
-         max_readings: int) -> tuple[float, float]:
+         max_readings: int, resolution: float) -> tuple[float, float]:
     """ITP between ``low`` (met) and ``high`` (missed) in log rate (module doc), its regula
     falsi weighted as Illinois does: an end kept twice running counts half its margin, so a
     margin flat on one side and steep on the other (a queue's p99) does not hold the readings
@@ -167,7 +181,7 @@ def _pin(at: Callable[[float], Probe], probes: dict[float, Probe], low: float, h
     a, b = math.log(low), math.log(high)
     weight_a = weight_b = 1.0
     kept: str | None = None
-    eps = math.log1p(RESOLUTION) / 2
+    eps = math.log1p(resolution) / 2
     n_max = max(0, math.ceil(math.log2((b - a) / (2 * eps)))) + _SLACK
     j = 0
     while b - a > 2 * eps and len(probes) < max_readings:
@@ -192,15 +206,26 @@ def _interpolate(a: float, b: float, low: Probe, high: Probe, weight_a: float = 
                  weight_b: float = 1.0) -> float:
     """Where the knee is likely, in log rate, between ``a`` (met) and ``b`` (missed): the rate
     the missed reading sustains when it fell behind and that lies inside, else regula falsi on
-    the two margins (each × its weight), else the middle."""
+    the margins (each × its weight) of the constraint that missed at ``b`` when both ends
+    read it, else on the two margins, else the middle."""
     if high.sustains > 0:
         sustained = b + math.log(high.sustains)
         if a < sustained < b:
             return sustained
-    fa, fb = low.margin * weight_a, high.margin * weight_b
-    if math.isfinite(fa) and math.isfinite(fb) and fa <= 0 < fb:
-        return (a * fb - b * fa) / (fb - fa)
+    pairs = [(low.margin, high.margin)]
+    if low.parts and len(low.parts) == len(high.parts):
+        # the constraint that missed at the far end, if it is finite and met at the near end
+        missed = max(range(len(high.parts)), key=lambda i: _finite(high.parts[i]))
+        pairs.insert(0, (low.parts[missed], high.parts[missed]))
+    for ma, mb in pairs:
+        fa, fb = ma * weight_a, mb * weight_b
+        if math.isfinite(fa) and math.isfinite(fb) and fa <= 0 < fb:
+            return (a * fb - b * fa) / (fb - fa)
     return (a + b) / 2
+
+
+def _finite(x: float) -> float:
+    return x if math.isfinite(x) else -math.inf
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,7 +258,8 @@ def predict(start: float, log_sd: float | None, max_readings: int,
     knees = _knees(start, log_sd)
     for knee in knees:
         def model(scale: float, knee: float = knee) -> Probe:
-            return Probe(scale <= knee, math.log(scale / knee))
+            x = math.log(scale / knee)
+            return Probe(x <= 0, math.copysign(max(abs(x) - FLAT_BAND, 1e-4), x or -1.0))
 
         probes = search(model, start, log_sd, max_readings).probes
         readings += len(probes)

@@ -147,12 +147,34 @@ class _Replay(NamedTuple):
     slo_met: bool = True
     sustained: bool = True
     window_s: float = math.nan
+    parts: tuple[float, ...] = ()
 
     def probe(self) -> Probe:
-        """What the search reads of it: met, margin and, when it fell behind, the share of its
-        rate the replica sustains (the share it kept up with over the share required)."""
+        """What the search reads of it: met, margin, each constraint's margin and, when it
+        fell behind, the share of its rate the replica sustains (the share it kept up with
+        over the share required)."""
         behind = self.kept_up < KEPT_UP
-        return Probe(self.met, self.margin, self.kept_up / KEPT_UP if behind else math.nan)
+        return Probe(self.met, self.margin, self.kept_up / KEPT_UP if behind else math.nan,
+                     self.parts)
+
+
+def constraint_margins(m: Measurement, slo: Slo, kept: float, settle: float
+                       ) -> tuple[float, ...]:
+    """Each constraint's margin, log(measured / allowed), in a fixed order: p99 TTFT, p99
+    ITL, the share of the rate fallen behind (:func:`kept_up`), the settle margin
+    (:func:`~autotune.orchestrate.capacity_window.settle_margin`); NaN when unbounded or
+    unread, -inf when nothing was lost."""
+    check = m.slo_check(slo)
+
+    def log_ratio(x: float, bound: float | None) -> float:
+        if bound is None or not bound > 0 or not math.isfinite(x):
+            return math.nan
+        return math.log(x / bound) if x > 0 else -math.inf
+
+    lost = max(1.0 - kept, 0.0) if math.isfinite(kept) else math.nan
+    return (log_ratio(check.ttft_p99_ms, slo.ttft_p99_ms),
+            log_ratio(check.itl_p99_ms, slo.itl_p99_ms),
+            log_ratio(lost, 1.0 - KEPT_UP), settle)
 
 
 def reading_cost_s(scale: float, window_s: float | None, sample_span_s: float,
@@ -206,7 +228,8 @@ def _tag(scale: float, readings: list[tuple[float, _Replay]], feasible: bool,
 
 
 def replay_at_capacity(replica: Replica, schedule: ReplaySchedule, slo: Slo,
-                       progress: Progress | None = None, max_replays: int = 7) -> Measurement:
+                       progress: Progress | None = None, max_replays: int = 7,
+                       resolution: float = RESOLUTION) -> Measurement:
     """The measurement at the highest ``time_scale`` that meets ``slo``, keeps up with the
     arrivals and is sustained over its window (see module doc).
 
@@ -236,7 +259,8 @@ def replay_at_capacity(replica: Replica, schedule: ReplaySchedule, slo: Slo,
         if slo_met and math.isfinite(settle):
             margin = max(margin, settle)
         sustained = bool(settle <= 0)
-        return _Replay(slo_met and sustained, m, margin, kept, slo_met, sustained, span)
+        return _Replay(slo_met and sustained, m, margin, kept, slo_met, sustained, span,
+                       constraint_margins(m, slo, kept, settle))
 
     def probe(scale: float) -> Probe:
         tried[scale] = read(scale, window)
@@ -248,7 +272,12 @@ def replay_at_capacity(replica: Replica, schedule: ReplaySchedule, slo: Slo,
     span = _arrival_span(schedule)
     lead = _warmup_span_s(requests, start, window, schedule.warmup_requests)
     predicted = predict(start, log_sd, max_replays, lambda s: reading_cost_s(s, window, span))
-    found = search(probe, start, log_sd, max_replays)
+    if _rereadable(requests, start, window, slo):
+        # the kept reading lies at the bound by construction: its p99 interval straddles it
+        predicted = replace(predicted, readings=predicted.readings + 1,
+                            cost=predicted.cost + reading_cost_s(start, 2 * window, span)
+                            if window is not None else predicted.cost)
+    found = search(probe, start, log_sd, max_replays, resolution)
     lo = found.low
     again: list[tuple[float, _Replay]] = []
     if lo is not None:
@@ -266,6 +295,7 @@ def replay_at_capacity(replica: Replica, schedule: ReplaySchedule, slo: Slo,
              "capacity_predicted_busy_s": predicted.cost + lead,
              "capacity_busy_s": sum(r.measurement.busy_s for _, r in readings),
              "capacity_resolution": min(missed) / lo - 1.0 if missed and lo else math.nan,
+             "capacity_resolution_target": resolution,
              "capacity_slice_rate_ratio": _slice_rate_ratio(kept_reading, schedule, requests)}
     return replace(kept_reading, wall_time_s=wall, extra=extra)
 
@@ -292,6 +322,18 @@ def _slice_rate_ratio(kept: Measurement, schedule: ReplaySchedule,
     return ((kept.requests - 1) / window) / (scale * (measured - 1) / span)
 
 
+def _rereadable(requests: list[Request], scale: float, window: float | None,
+                slo: Slo) -> bool:
+    """Whether a reading at ``scale`` read again with twice the window could decide an
+    undecided verdict: the longer window holds more requests and, with a TTFT bound, enough to
+    bound a p99 TTFT (:func:`~autotune.slo.values_to_bound`; fewer could never meet it)."""
+    if window is None:
+        return False
+    longer = len(window_requests(requests, scale, 2 * window))
+    return longer > len(window_requests(requests, scale, window)) and (
+        slo.ttft_p99_ms is None or longer >= values_to_bound())
+
+
 def _decide(read: Callable[[float, float | None], _Replay], tried: dict[float, _Replay],
             lo: float, window: float | None, requests: list[Request], slo: Slo
             ) -> tuple[float | None, list[tuple[float, _Replay]]]:
@@ -302,12 +344,10 @@ def _decide(read: Callable[[float, float | None], _Replay], tried: dict[float, _
     when it met the SLO; when it missed, the next slower rate met is the capacity (None: no
     other). A re-read still undecided is reported as such."""
     m = tried[lo].measurement
-    if window is None or slo.verdict(m.ok, m.ttft_s, m.itl_s, m.duration_s).code != 0.5:
+    if slo.verdict(m.ok, m.ttft_s, m.itl_s, m.duration_s).code != 0.5 or \
+            not _rereadable(requests, lo, window, slo):
         return lo, []
-    longer = len(window_requests(requests, lo, 2 * window))
-    if longer <= len(window_requests(requests, lo, window)) or (
-            slo.ttft_p99_ms is not None and longer < values_to_bound()):
-        return lo, []  # a longer window at this rate could not decide it
+    assert window is not None
     again = read(lo, 2 * window)
     if again.met:
         return lo, [(lo, again)]

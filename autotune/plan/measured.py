@@ -4,10 +4,11 @@ within the SLO, with its interval, read from a trial's metrics.
 A capacity reading (``autotune.orchestrate.capacity``) keeps the fastest time-scale that met
 the SLO (``load_scale`` s: the sample sped up s×) and, when it read one, the slowest that
 missed (``capacity_high_scale``): the true capacity lies between them. A reading without the
-missed scale (older rows) puts it within :data:`~autotune.slo.RESOLUTION` above the scale met,
-where the search stops refining. ``capacity_sustained`` says whether the rate met was a
-sustained rate or a burst the replica drained (absent on older rows: unknown, and the plan says
-so).
+missed scale puts it within the resolution the search refined to above the scale met: what the
+row recorded (``capacity_resolution_target``), else the resolution of the search that wrote it
+(:func:`resolution_of`: 3% since the bracket-and-pin search, 2% before it).
+``capacity_sustained`` says whether the rate met was a sustained rate or a burst the replica
+drained (absent on older rows: unknown, and the plan says so).
 
 **Units.** A reading replays the busiest slice of the sample that fits its window
 (:mod:`~autotune.orchestrate.capacity_window`), so the rate the replica sustained, in requests
@@ -39,8 +40,8 @@ from autotune.objective import Outcome
 from autotune.slo import RESOLUTION
 from autotune.types import TrialConfig
 
-__all__ = ["MEAN", "SUSTAINED", "MeasuredCapacity", "capacity_of", "outcome_of",
-           "replayed_scales", "sustained_rate"]
+__all__ = ["LEGACY_RESOLUTION", "MEAN", "SUSTAINED", "MeasuredCapacity", "capacity_of",
+           "outcome_of", "replayed_scales", "resolution_of", "sustained_rate"]
 
 #: The capacity's unit, as ``as_dict`` and the plan's output name it.
 SUSTAINED, MEAN = "sustained", "mean"
@@ -51,6 +52,22 @@ def _num(metrics: Mapping[str, Any], key: str) -> float | None:
     if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
         return None
     return float(v)
+
+
+#: The resolution capacity readings refined to before the bracket-and-pin search (rows with
+#: neither ``capacity_resolution_target`` nor ``capacity_predicted_readings``).
+LEGACY_RESOLUTION = 0.02
+
+
+def resolution_of(metrics: Mapping[str, Any]) -> float:
+    """How close the search that wrote ``metrics`` brought the fastest rate met and the
+    slowest missed: the row's ``capacity_resolution_target``; on rows before it was recorded,
+    :data:`~autotune.slo.RESOLUTION` (3%) when the row has the bracket-and-pin search's
+    ``capacity_predicted_readings``, else :data:`LEGACY_RESOLUTION` (2%)."""
+    recorded = _num(metrics, "capacity_resolution_target")
+    if recorded is not None and recorded > 0:
+        return recorded
+    return RESOLUTION if "capacity_predicted_readings" in metrics else LEGACY_RESOLUTION
 
 
 def replayed_scales(metrics: Mapping[str, Any]) -> list[float]:
@@ -87,14 +104,14 @@ class MeasuredCapacity:
     """One config's capacity (requests/s one replica sustains) and what it rests on.
 
     ``low_per_s`` is the fastest rate measured to meet the SLO, ``high_per_s`` the slowest
-    measured to miss it (``high_measured``) or, without one, ``low_per_s`` × (1 +
-    :data:`~autotune.slo.RESOLUTION`), both in requests/s at the slice the reading replayed
-    (module doc). ``covered_per_s`` is about the fastest rate any reading of the traffic ran
-    at (at least: the fastest scale × the mean, and the capacity met). ``readings`` are every
-    reading of the config (for the probability the SLO holds); ``sample_rate_per_s`` is the
-    sample's mean rate, ``slice_rate_ratio`` the kept reading's sustained rate over
-    ``load_scale`` × that mean (None: the reading records no window, the capacity is in
-    mean-rate units).
+    measured to miss it (``high_measured``) or, without one, ``low_per_s`` × (1 + the
+    resolution the reading refined to, :func:`resolution_of`), both in requests/s at the
+    slice the reading replayed (module doc). ``covered_per_s`` is about the fastest rate any
+    reading of the traffic ran at (at least: the fastest scale × the mean, and the capacity
+    met). ``readings`` are every reading of the config (for the probability the SLO holds);
+    ``sample_rate_per_s`` is the sample's mean rate, ``slice_rate_ratio`` the kept reading's
+    sustained rate over ``load_scale`` × that mean (None: the reading records no window, the
+    capacity is in mean-rate units).
     """
 
     config: TrialConfig
@@ -180,7 +197,7 @@ def capacity_of(config: TrialConfig, metrics: Mapping[str, Any], sample_rate_per
     high = _num(metrics, "capacity_high_scale")
     high_measured = high is not None and high > low
     if not high_measured:
-        high = low * (1 + RESOLUTION)
+        high = low * (1 + resolution_of(metrics))
     assert high is not None
     sustained_v = _num(metrics, "capacity_sustained")
     sustained = None if sustained_v is None else sustained_v >= 0.5

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from autotune.plan import capacity_of, replicas_for, size_for
-from autotune.plan.measured import MeasuredCapacity
+from autotune.plan.measured import LEGACY_RESOLUTION, MeasuredCapacity
 from autotune.slo import RESOLUTION, Slo
 from autotune.types import TrialConfig
 
@@ -49,7 +49,14 @@ def test_the_interval_comes_from_the_missed_rate_or_the_resolution() -> None:
     c = capacity(reading(1.5, 1.8))
     assert (c.low_per_s, c.high_per_s, c.high_measured) == (3.0, 3.6, True)
     old = capacity(reading(1.5, sustained=None))  # a row from before the capacity keys
-    assert old.high_per_s == pytest.approx(3.0 * (1 + RESOLUTION)) and not old.high_measured
+    # read by the search of its time, to 2%
+    assert old.high_per_s == pytest.approx(3.0 * (1 + LEGACY_RESOLUTION))
+    assert not old.high_measured
+    pinned = capacity({**reading(1.5), "capacity_predicted_readings": 4.0})  # 3%, unrecorded
+    assert pinned.high_per_s == pytest.approx(3.0 * (1 + RESOLUTION))
+    recorded = capacity({**reading(1.5), "capacity_predicted_readings": 4.0,
+                         "capacity_resolution_target": 0.01})
+    assert recorded.high_per_s == pytest.approx(3.0 * 1.01)
     assert old.sustained is None and "unknown" in old.trusted
     assert "burst" in capacity(reading(1.5, 1.8, sustained=0.0)).trusted
     assert capacity(reading(1.5, 1.8)).trusted == ""
