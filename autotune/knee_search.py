@@ -182,7 +182,8 @@ def _pin(at: Callable[[float], Probe], probes: dict[float, Probe], low: float, h
     weight_a = weight_b = 1.0
     kept: str | None = None
     eps = math.log1p(resolution) / 2
-    n_max = max(0, math.ceil(math.log2((b - a) / (2 * eps)))) + _SLACK
+    # two scales a rounding apart (a start a hair above MIN_SCALE) may share their log
+    n_max = max(0, math.ceil(math.log2(max(b - a, 2 * eps) / (2 * eps)))) + _SLACK
     j = 0
     while b - a > 2 * eps and len(probes) < max_readings:
         mid = (a + b) / 2

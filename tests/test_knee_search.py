@@ -152,3 +152,17 @@ def test_the_pin_interpolates_on_the_constraint_that_missed() -> None:
     for k in KNEES:
         found = search(read(k), 1.0, None, 12)
         assert found.low is not None and found.low <= k and found.resolution <= RESOLUTION + 1e-9
+
+
+def test_a_start_a_rounding_above_the_slowest_scale_brackets_and_predicts() -> None:
+    # a hint clamped just above MIN_SCALE by floating point, the knee at MIN_SCALE: the two
+    # ends of the bracket share their log, and the search and its prediction still return
+    start = MIN_SCALE * (1.0 + 4e-16)
+    assert start > MIN_SCALE and math.log(start) - math.log(MIN_SCALE) <= 0.0
+
+    def read(scale: float) -> Probe:
+        return Probe(scale <= MIN_SCALE, -0.1 if scale <= MIN_SCALE else 0.1)
+
+    found = search(read, start, 1.7, 7)
+    assert found.low == MIN_SCALE and found.high == start
+    assert predict(start, 1.7, 7, lambda _: 1.0).readings >= 2
