@@ -471,6 +471,20 @@ class Predictor:
                                                block=self.block))
         return self._tail[1]
 
+    def held_out(self, config: TrialConfig) -> Prediction:
+        """``config``'s prediction from every run but its own: a copy of this predictor,
+        refitted from the facts on the other observations (this one is left as it is). How
+        well such predictions cover the held readings is how calibrated the predictor is."""
+        import copy
+
+        other = copy.deepcopy(self)
+        other.observations = [o for o in self.observations if o.config != config]
+        other._predictions, other._tail, other._calibrated_runs = None, None, -1
+        other._state = _Fit(StepCostModel(self.facts), ReplicaFactors())
+        other.calibration = HeadCalibration(scheme="no usable counters")
+        other.workload.set_acceptance(other.workload.align(other.raw))
+        return other.predict()[config]
+
     def predict(self) -> dict[TrialConfig, Prediction]:
         """Predictions for every candidate (and every measured config), refitting if needed."""
         if self._predictions is None:

@@ -3,8 +3,10 @@
 A Gaussian process on (window / block, adaptive, log2 max_num_seqs, log2
 max_num_batched_tokens) in log-objective space: a workload-wide offset plus a
 squared-exponential model error whose size, how far it carries along ``max_num_seqs``, and how
-much of it is the batching's alone (shared by every window) are chosen by type-II maximum
-likelihood. It gives every prediction its mean correction and its standard deviation.
+much of it is the batching's alone (shared by every window) are not known. The value's
+process averages its predictions over them, each weighed by how well it explains the runs
+(its marginal likelihood times a prior); the margin's takes the likeliest. It gives every
+prediction its mean correction and its standard deviation.
 """
 
 from __future__ import annotations
@@ -94,18 +96,18 @@ def similarity(a: Sequence[TrialConfig], b: Sequence[TrialConfig], block: int, *
     return out
 
 
-def _model_error(resid: FloatArray, x: FloatArray, noise: FloatArray,
-                 scales: Sequence[float] = _SCALES, center: float = GP_SCALE,
-                 prior_sd: float = _SCALE_PRIOR_SD, offset: float = GP_OFFSET,
-                 lengths: FloatArray = _LENGTHS, slot_lengths: Sequence[float] = (),
-                 shares: Sequence[float] = (0.0,)) -> tuple[float, FloatArray, float]:
-    """The model-error sd that best explains the residuals (type-II maximum likelihood with a
-    log-normal prior around ``center``): small when the runs agree with the model; with the
-    lengthscale along ``max_num_seqs`` chosen the same way among ``slot_lengths`` (none: the
-    one of ``lengths``), and the batching-only share of its variance among ``shares`` (the
-    first wins a tie)."""
+def _hyperparameters(resid: FloatArray, x: FloatArray, noise: FloatArray,
+                     scales: Sequence[float], center: float, prior_sd: float, offset: float,
+                     lengths: FloatArray, slot_lengths: Sequence[float] = (),
+                     shares: Sequence[float] = (0.0,)
+                     ) -> list[tuple[float, float, FloatArray, float]]:
+    """Every (log posterior, model-error sd, lengthscales, batching-only share) of the grid:
+    the sd among ``scales`` (log-normal prior around ``center``), the lengthscale along
+    ``max_num_seqs`` among ``slot_lengths`` (none: the one of ``lengths``; log-normal prior
+    around it), the share among ``shares``; the log posterior is the residuals' log marginal
+    likelihood plus the log prior (up to a constant), -inf where the covariance is singular."""
     default = float(lengths[_SLOT_AXIS])
-    best, best_score = (center, lengths, shares[0]), -math.inf
+    out = []
     for slot, share, scale in itertools.product(slot_lengths or (default,), shares, scales):
         ls = lengths.copy()
         ls[_SLOT_AXIS] = slot
@@ -114,10 +116,28 @@ def _model_error(resid: FloatArray, x: FloatArray, noise: FloatArray,
         fit = float(resid @ np.linalg.solve(k, resid))
         prior = ((math.log(scale / center) / prior_sd) ** 2
                  + (math.log(slot / default) / _SCALE_PRIOR_SD) ** 2)
-        score = -0.5 * (fit + logdet + prior)
-        if sign > 0 and score > best_score:
+        out.append((-0.5 * (fit + logdet + prior) if sign > 0 else -math.inf, scale, ls, share))
+    return out
+
+
+def _model_error(resid: FloatArray, x: FloatArray, noise: FloatArray,
+                 scales: Sequence[float] = _SCALES, center: float = GP_SCALE,
+                 prior_sd: float = _SCALE_PRIOR_SD, offset: float = GP_OFFSET,
+                 lengths: FloatArray = _LENGTHS, slot_lengths: Sequence[float] = (),
+                 shares: Sequence[float] = (0.0,)) -> tuple[float, FloatArray, float]:
+    """The likeliest of :func:`_hyperparameters` (type-II maximum likelihood; the first of
+    the grid wins a tie): its model-error sd, lengthscales and batching-only share."""
+    best, best_score = (center, lengths, shares[0]), -math.inf
+    for score, scale, ls, share in _hyperparameters(resid, x, noise, scales, center, prior_sd,
+                                                    offset, lengths, slot_lengths, shares):
+        if score > best_score:
             best, best_score = (scale, ls, share), score
     return best
+
+
+#: Hyperparameters whose posterior weight is below this share of the likeliest one's are left
+#: out of the value's average (they change its mean and sd by less than a thousandth).
+_NEGLIGIBLE = 1e-4
 
 
 @dataclass(frozen=True)
@@ -149,15 +169,29 @@ def fit_residual(configs: Sequence[TrialConfig], model_log: FloatArray, block: i
     # a model that misses the very runs it was fitted to by a common factor is not to be
     # trusted to a few per cent in how it ranks the configs between them
     floor = _LEVEL_SHARE * abs(float(resid.mean()))
-    scale, lengths, share = _model_error(resid, x, noise,
-                                         [s for s in _SCALES if s >= floor] or [_SCALES[-1]],
-                                         slot_lengths=_SLOT_LENGTHS, shares=_BATCHING_SHARES)
-    k_xx = _kernel(x, x, scale, lengths=lengths, share=share) + np.diag(noise)
-    k_sx = _kernel(feats, x, scale, lengths=lengths, share=share)
-    alpha = np.linalg.solve(k_xx, resid)
-    v = np.linalg.solve(k_xx, k_sx.T)
-    var = np.maximum(GP_OFFSET**2 + scale**2 - (k_sx * v.T).sum(axis=1), 1e-8)
-    return Residual(model_log + k_sx @ alpha, np.sqrt(var), scale)
+    grid = _hyperparameters(resid, x, noise,
+                            [s for s in _SCALES if s >= floor] or [_SCALES[-1]], GP_SCALE,
+                            _SCALE_PRIOR_SD, GP_OFFSET, _LENGTHS, _SLOT_LENGTHS,
+                            _BATCHING_SHARES)
+    top = max(score for score, _, _, _ in grid)
+    weights, means, variances, sizes = [], [], [], []
+    for score, scale, lengths, share in grid:
+        weight = math.exp(score - top) if math.isfinite(score) else 0.0
+        if weight < _NEGLIGIBLE:
+            continue
+        k_xx = _kernel(x, x, scale, lengths=lengths, share=share) + np.diag(noise)
+        k_sx = _kernel(feats, x, scale, lengths=lengths, share=share)
+        v = np.linalg.solve(k_xx, k_sx.T)
+        weights.append(weight)
+        means.append(k_sx @ np.linalg.solve(k_xx, resid))
+        variances.append(np.maximum(GP_OFFSET**2 + scale**2 - (k_sx * v.T).sum(axis=1), 1e-8))
+        sizes.append(scale)
+    # the mixture over the hyperparameters: a few runs that agree rule a small model error
+    # in, not the larger ones out, and the runs' neighbours keep the larger ones' spread
+    w = np.asarray(weights) / sum(weights)
+    mean = w @ np.vstack(means)
+    var = w @ (np.vstack(variances) + (np.vstack(means) - mean) ** 2)
+    return Residual(model_log + mean, np.sqrt(var), float(w @ np.asarray(sizes)))
 
 
 #: How much worse (log) than a run whose slots never filled the same config with more slots

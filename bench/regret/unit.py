@@ -58,11 +58,11 @@ def bench_unit(world: World, wl: Workload | None, settings: Settings) -> UnitRes
     return score_methods(reader, seeds, settings.methods, t0)
 
 
-def _binding(reader: SimReader, settings: Settings, t0: float) -> UnitResult:
-    """A unit under its binding SLO (bench/regret/binding.py), with its ``binding`` record:
-    the oracle under the workload's own SLO (capacity at any rate) gives the throughput-best
-    config and the configs' capacities, which set the rate to serve; the configs' p99 ITLs at
-    that rate set the bound."""
+def set_binding(reader: SimReader) -> tuple[Table[TrialConfig], BindingRecord]:
+    """Put ``reader`` under its unit's binding SLO (bench/regret/binding.py) and return the
+    oracle table it is scored by, with the unit's ``binding`` record: the oracle under the
+    workload's own SLO (capacity at any rate) gives the throughput-best config and the configs'
+    capacities, which set the rate to serve; the configs' p99 ITLs at that rate set the bound."""
     own = reader.tables(1)[0]
     throughput_best, _ = own.oracle()
     rate = rate_to_serve([capacity(own.readings[c]) for c in own.readings
@@ -81,10 +81,16 @@ def _binding(reader: SimReader, settings: Settings, t0: float) -> UnitResult:
     if reader.bound and not any(table.mostly_feasible(c) for c in table.readings):
         reader.reachable = False  # no capacity reading serves the rate: capacity at any rate
         table = reader.tables(1)[0]
-    res = score_methods(reader, settings.seeds, settings.methods, t0)
     serves = Table(table.readings, binding=True).mostly_feasible(throughput_best)
-    res.detail["binding"] = record(reader.world.name, rate, itl, at, throughput_best.short(),
-                                   serves, reader.bound)
+    return table, record(reader.world.name, rate, itl, at, throughput_best.short(), serves,
+                         reader.bound)
+
+
+def _binding(reader: SimReader, settings: Settings, t0: float) -> UnitResult:
+    """A unit under its binding SLO (:func:`set_binding`), with its ``binding`` record."""
+    _, binding = set_binding(reader)
+    res = score_methods(reader, settings.seeds, settings.methods, t0)
+    res.detail["binding"] = binding
     res.lines.insert(1, _binding_line(res.detail["binding"]))
     return replace(res, seconds=time.perf_counter() - t0)
 

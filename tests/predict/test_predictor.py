@@ -319,24 +319,27 @@ def test_floors_come_from_uncapped_runs_for_higher_caps_only() -> None:
 
 def test_runs_that_read_alike_across_the_cap_carry_their_reading_to_the_other_caps() -> None:
     """How far the model's error carries along ``max_num_seqs`` is learned from runs that
-    differ only in it: where two caps read alike (batches below both), the third is nearly
-    known; where they read apart (a burst the smaller cap clipped), it stays uncertain."""
+    differ only in it: where two caps read alike (batches below both), most of their reading
+    carries to the third; where they read apart (a burst the smaller cap clipped), it stays
+    uncertain. Two runs make a long lengthscale likelier, not certain: the prediction averages
+    over the lengthscales by how well each explains them."""
     from autotune.predict.residual import fit_residual
 
     configs = [TrialConfig(1, False, s, 8192) for s in (8, 32, 128)]
     model = np.zeros(len(configs))
     alike = fit_residual(configs, model, 8, [(0, math.exp(0.3)), (1, math.exp(0.3))])
     apart = fit_residual(configs, model, 8, [(0, math.exp(0.3)), (1, math.exp(-0.1))])
-    assert alike.log_mean[2] == pytest.approx(0.3, abs=0.05)
-    # with the lengthscale fixed at 1.5 (log2 units) the two were 0.223 and 0.235
-    assert alike.log_sd[2] < 0.6 * apart.log_sd[2]
+    assert 0.2 < alike.log_mean[2] < 0.3
+    # with the lengthscale fixed at 1.5 (log2 units) the two sds were 0.223 and 0.235; with the
+    # likeliest lengthscale alone 0.3 was carried whole; averaged: 0.245, sds 0.181 and 0.220
+    assert alike.log_sd[2] < 0.85 * apart.log_sd[2]
 
 
 def test_a_budget_gain_read_at_one_window_carries_to_a_window_that_reads_alike() -> None:
     """How much of the model's error belongs to the batching alone, the same at every window,
     is learned from the runs: a 2048-token gain read at window 5, where window 3 read like
-    window 5 at 8192 tokens, is nearly the gain expected at window 3; where windows 1 and 5
-    moved apart with the budget, window 3's stays uncertain."""
+    window 5 at 8192 tokens, carries mostly to window 3; where windows 1 and 5 moved apart
+    with the budget, window 3's stays uncertain."""
     from autotune.predict.residual import fit_residual
 
     configs = [TrialConfig(w, False, 128, t) for w in (1, 3, 5, 7) for t in (2048, 8192)]
@@ -350,9 +353,10 @@ def test_a_budget_gain_read_at_one_window_carries_to_a_window_that_reads_alike()
     gain = {(5, 8192): 0.0, (5, 2048): 0.2}
     alike_mean, alike_sd = fit(gain | {(3, 8192): 0.0, (1, 8192): 0.0})
     _, apart_sd = fit(gain | {(1, 8192): 0.0, (1, 2048): -0.2})
-    # with the window's lengthscale alone: 0.126 and sd 0.088 against 0.116
-    assert alike_mean == pytest.approx(0.2, abs=0.03)
-    assert alike_sd < 0.6 * apart_sd
+    # with the window's lengthscale alone: 0.126 and sd 0.088 against 0.116; averaged over
+    # the shares (and the other hyperparameters): 0.163 and sd 0.085 against 0.110
+    assert 0.15 < alike_mean < 0.2
+    assert alike_sd < 0.8 * apart_sd
 
 
 def test_configs_where_the_model_predicts_a_tail_no_run_sits_in_are_marked_novel() -> None:
