@@ -25,7 +25,7 @@ from autotune.orchestrate.budget import Ledger
 from autotune.orchestrate.options import TuneOptions
 from autotune.orchestrate.pool import Pool, TrialResult, TrialTask
 from autotune.orchestrate.runs import WorkloadSearch
-from autotune.plan import MIXED, Plan, plan_for_run
+from autotune.plan import MIXED, Plan, plan_for_run, readings_made
 from autotune.recommend import select_best
 from autotune.store import Store
 from autotune.traffic.load import WorkloadTraffic
@@ -99,7 +99,7 @@ def measure_mixed(options: TuneOptions, store: Store, run_id: str,
     if not timed:
         return 0
     stored = store.plan(run_id)
-    done = [r for r in (stored.shared if stored else []) if not r.get("not_read")]
+    done = readings_made(stored.shared) if stored else []
     read = [TrialConfig.from_dict(r["config"]) for r in done]
     todo = [c for c in _candidates(options, searches) if c not in read]
     if not todo:

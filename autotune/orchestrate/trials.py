@@ -24,7 +24,7 @@ from autotune.orchestrate.fair_share import FairShare
 from autotune.orchestrate.options import Reporter, TuneOptions
 from autotune.orchestrate.pool import Pool, TrialResult, TrialTask
 from autotune.orchestrate.runs import WorkloadSearch
-from autotune.plan import MIXED
+from autotune.plan import MIXED, readings_made
 from autotune.recommend import Scored
 from autotune.recommend.outputs import not_checked
 from autotune.search import Suggestion
@@ -87,9 +87,8 @@ def open_ledger(options: TuneOptions, store: Store, run_id: str, replicas: int,
         if t.state in ("complete", "failed"):
             ledger.charge(t.workload, t.replica, trial_cost(t.metrics))
     plan = store.plan(run_id)
-    for r in plan.shared if plan else []:  # the mixed sample's readings made before
-        if not r.get("not_read"):
-            ledger.charge(MIXED, r.get("replica"), trial_cost(r.get("metrics") or {}))
+    for r in readings_made(plan.shared) if plan else []:  # the mixed readings made before
+        ledger.charge(MIXED, r.get("replica"), trial_cost(r.get("metrics") or {}))
     return ledger
 
 

@@ -40,7 +40,7 @@ from autotune.orchestrate.pool import Pool
 from autotune.orchestrate.runs import OpenedRun, WorkloadSearch, open_run
 from autotune.orchestrate.trials import drive_trials, open_ledger
 from autotune.orchestrate.workloads import LoadedWorkloads, load_traffic, load_workloads
-from autotune.plan import MIXED, Plan
+from autotune.plan import MIXED, Plan, readings_made
 from autotune.recommend import WorkloadResult, WorkloadTrials, recommend_workload, run_provenance
 from autotune.recommend.outputs import unchecked_reason
 from autotune.store import Store
@@ -126,7 +126,8 @@ def _record_cost(options: TuneOptions, store: Store, run_id: str,
     readings) and why the budget ended it, stored in the run's options before any
     recommendation is written."""
     stored = store.plan(run_id)
-    mixed = [(MIXED, r.get("metrics") or {}) for r in stored.shared] if stored else []
+    mixed = [(MIXED, r.get("metrics") or {}) for r in readings_made(stored.shared)] \
+        if stored else []
     cost = pass_cost([*((t.workload, t.metrics) for t in store.trials(run_id)), *mixed])
     cost["gpus_per_replica"] = options.policy.gpus_per_replica
     cost["backend"] = options.backend

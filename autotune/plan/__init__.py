@@ -27,7 +27,14 @@ from autotune.plan.build import (
     check_settings,
 )
 from autotune.plan.deploy import ExportPick, deployment_for, pick_export, plan_deployments
-from autotune.plan.inputs import MIXED, plan_for_run, plan_settings, sample_rate, shared_inputs
+from autotune.plan.inputs import (
+    MIXED,
+    plan_for_run,
+    plan_settings,
+    readings_made,
+    sample_rate,
+    shared_inputs,
+)
 from autotune.plan.measured import MeasuredCapacity, capacity_of
 from autotune.plan.rates import Rates, duration_text, traffic_rates
 from autotune.plan.shared import SharedOption, SplitOrShared, SplitShareRow
@@ -56,6 +63,7 @@ __all__ = [
     "plan_deployments",
     "plan_for_run",
     "plan_settings",
+    "readings_made",
     "replicas_for",
     "sample_rate",
     "shared_inputs",

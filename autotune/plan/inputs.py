@@ -26,7 +26,8 @@ from autotune.policy import Policy, policy_from_mapping
 from autotune.store import Store, TrialRecord
 from autotune.types import TrialConfig
 
-__all__ = ["MIXED", "plan_for_run", "plan_settings", "sample_rate", "shared_inputs"]
+__all__ = ["MIXED", "plan_for_run", "plan_settings", "readings_made", "sample_rate",
+           "shared_inputs"]
 
 #: The workload label of the mixed sample (every workload's requests together).
 MIXED = "(mixed)"
@@ -83,6 +84,12 @@ def _workload(store: Store, run_id: str, name: str, arrivals: Sequence[float],
                     next((t for t in mine if t.baseline), None))
     return WorkloadInput(name, tuple(arrivals), rec,
                          _capacity(baseline, rate, mine, "the baseline config"))
+
+
+def readings_made(readings: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The mixed sample's stored readings that were made (not those the budget left unread,
+    which cost nothing)."""
+    return [r for r in readings if not r.get("not_read")]
 
 
 def shared_inputs(readings: Sequence[Mapping[str, Any]], rate: float) -> list[SharedInput]:

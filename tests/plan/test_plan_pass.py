@@ -118,6 +118,13 @@ def test_a_pass_the_budget_ended_says_why_split_or_shared_was_not_measured(
     db, run_id = quick_pass(tmp_path, budget={"gpu_hours": 3})
     plan = stored_plan(db, run_id)
     assert plan.shared is None and "budget.gpu_hours (3)" in plan.shared_note
+    store = Store.open(db)
+    try:
+        cost = store.run(run_id).options["cost"]
+    finally:
+        store.close()
+    assert "(mixed)" not in cost["workloads"]  # a reading not made is no uncounted cost
+    assert cost["total"]["uncounted_trials"] == 0
     assert plan.shared_note.startswith("the mixed sample was not read on ")
     assert plan.as_dict()["split_or_shared_note"] == plan.shared_note
     code, out, _ = run("plan", "--run", run_id, "--db", db)
