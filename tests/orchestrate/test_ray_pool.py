@@ -116,7 +116,7 @@ def test_sim_replicas_told_to_reserve_gpus_hold_them_but_simulate_their_profile(
 @pytest.mark.slow
 def test_two_sim_replicas_share_one_run(ray_cluster: Any, small_sample: Path,
                                         db_url: str, tmp_path: Path) -> None:
-    policy = load_policy(overrides={"budget.trials": 4})
+    policy = load_policy(overrides={"budget.trials": 4, "search.strategy": "grid"})
     store = Store.open(db_url)
     options = TuneOptions(traffic=small_sample, policy=policy, workloads=["code"],
                           replicas=2, export_dir=tmp_path / "exports")
@@ -158,7 +158,8 @@ class _KillOnce(Reporter):
 def test_killed_replica_trial_is_retried_and_run_completes(
         ray_cluster: Any, replica_holds: Holds, small_sample: Path, db_url: str,
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    policy = load_policy(overrides={"budget.trials": 4, "budget.max_retries": 2})
+    policy = load_policy(overrides={"budget.trials": 4, "budget.max_retries": 2,
+                                    "search.strategy": "grid"})
     reporter = _KillOnce(replica_holds)
     replica_holds.hold_at("replaying")
 
