@@ -12,22 +12,26 @@ A config stands when every one of its readings succeeded and meets a :class:`Sta
 SLO at the rate to serve (:func:`meets_target`), or at some rate the capacity reading tried
 (:func:`met_at_some_rate`) — and its value is the mean of its readings; the best is the
 highest value.
+
+**Configs read alike** (:func:`read_alike`) differ only in a cap no reading reached: their
+readings differ by replay noise alone, so a lead between them is not one a re-read decides,
+and the guided search does not read the second one to learn what the first one showed.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Generic, TypeVar
 
 from autotune.slo import margin_from_summary
-from autotune.types import Measurement, Slo
+from autotune.types import PEAK_IN_FLIGHT, Measurement, Slo, TrialConfig
 
 __all__ = ["CLOSE_CALL", "Outcome", "Standard", "Standing", "close_call", "mean_value", "meets",
-           "meets_target", "met_at_some_rate", "rank_measured", "score_measurement",
-           "slo_margin"]
+           "meets_target", "met_at_some_rate", "rank_measured", "read_alike",
+           "score_measurement", "slo_margin"]
 
 K = TypeVar("K", bound=Hashable)
 
@@ -142,3 +146,18 @@ def close_call(outcome: Outcome, slo: Slo, target: float) -> bool:
     """Meets the SLO, but within :data:`CLOSE_CALL` of failing (one reading is not enough)."""
     return 0.0 <= slo_margin(outcome, slo, target) < CLOSE_CALL and meets_target(outcome,
                                                                                  target)
+
+
+def read_alike(a: TrialConfig, a_readings: Sequence[Outcome | None], b: TrialConfig,
+               b_readings: Sequence[Outcome | None]) -> bool:
+    """Two configs that differ only in ``max_num_seqs`` where no reading of either held as many
+    requests as the smaller cap (:data:`~autotune.types.PEAK_IN_FLIGHT`): neither cap bound, so
+    the replica ran the same schedule under both and their readings differ by replay noise
+    alone. A failed or uncounted reading is not evidence either way (False)."""
+    if a == b or replace(a, max_num_seqs=b.max_num_seqs) != b:
+        return False
+    peaks = [o.summary.get(PEAK_IN_FLIGHT) if o is not None else None
+             for o in (*a_readings, *b_readings)]
+    counted = [p for p in peaks if isinstance(p, int | float) and math.isfinite(p)]
+    return (bool(counted) and len(counted) == len(peaks)
+            and max(counted) <= min(a.max_num_seqs, b.max_num_seqs))

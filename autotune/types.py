@@ -267,6 +267,12 @@ class AcceptanceCounts:
         )
 
 
+#: ``Measurement.extra`` key: the most requests the replica held at once in a replay (sent and
+#: not yet finished, warm-up included), counted from the client's side on every backend. The
+#: replica runs at most that many sequences, so a ``max_num_seqs`` at or above it never bound.
+PEAK_IN_FLIGHT = "peak_in_flight"
+
+
 @dataclass(frozen=True)
 class Measurement:
     """What one replay of a schedule on one replica measured; the same shape from every backend.

@@ -69,7 +69,7 @@ from autotune.slo import (
     predicted_readings,
     values_to_bound,
 )
-from autotune.types import Measurement, Progress, ReplaySchedule, Request, Slo
+from autotune.types import PEAK_IN_FLIGHT, Measurement, Progress, ReplaySchedule, Request, Slo
 
 __all__ = ["KEPT_UP", "MAX_SCALE", "MIN_SCALE", "RESOLUTION", "kept_up", "predicted_readings",
            "reading_cost_s", "replay_at_capacity", "replay_margin"]
@@ -206,6 +206,8 @@ def _tag(scale: float, readings: list[tuple[float, _Replay]], feasible: bool,
         "capacity_met_slo": 1.0 if feasible else 0.0, "kept_up": kept.kept_up,
         "capacity_sustained": 1.0 if kept.sustained else 0.0,
         "capacity_window_s": kept.window_s, **verdict.as_metrics()}
+    peaks = [r.measurement.extra.get(PEAK_IN_FLIGHT, math.nan) for _, r in readings]
+    extra[PEAK_IN_FLIGHT] = max(peaks) if all(math.isfinite(p) for p in peaks) else math.nan
     missed = [s for s, r in readings if not r.slo_met]
     if missed:
         extra["capacity_high_scale"] = min(missed)

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from autotune.acceptance import HeadCalibration
 from autotune.cost import trial_cost
-from autotune.objective import Outcome, Standard, met_at_some_rate, rank_measured
+from autotune.objective import Outcome, Standard, met_at_some_rate, rank_measured, read_alike
 from autotune.policy import Policy
 from autotune.predict import Observation, Prediction, Predictor
 from autotune.predict.facts import Facts, UndescribedReplica, describe_replica
@@ -260,12 +260,15 @@ class Guide:
 
     # -- proposals --------------------------------------------------------------------------
     def propose(self, exclude: Iterable[TrialConfig] = ()) -> GuideDecision:
-        """The next config to run (None: stop), never one of ``exclude`` (measured, running)."""
+        """The next config to run (None: stop), never one of ``exclude`` (measured, running)
+        nor one read alike to a measured config (:func:`~autotune.objective.read_alike`: its
+        reading would repeat that config's)."""
         skip = set(exclude) | {o.config for o in self.predictor.observations}
-        unmeasured = [p for p in self.rank() if p.config not in skip]
+        unmeasured = [p for p in self.rank() if p.config not in skip and not any(
+            read_alike(p.config, (), c, outs) for c, outs in self.readings.items())]
         if not unmeasured:
-            return self._note(None, "every candidate is measured or running", self.incumbent(),
-                              0.0, 0)
+            return self._note(None, "every candidate is measured, running or read alike to a "
+                                    "measured config", self.incumbent(), 0.0, 0)
         weighed, best, standard = self.candidates(unmeasured)
         # relative to the incumbent; before any config met the SLO, to the value the
         # candidate would find (its gain is then chance x value: the relative gain is the chance)

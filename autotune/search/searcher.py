@@ -15,9 +15,11 @@ picks by), when its only reading passed the SLO by less than
 within 10% of the target rate), or leads the next config meeting the SLO by less than
 :data:`NARROW_LEAD` (a lead one reading cannot call), or read far above what the strategy
 predicted for it (:meth:`~autotune.search.strategy.Strategy.surprise`: a lucky replay looks like
-a discovery). It is read again before the search stops, or with the last trial of the budget,
-so that one favourable reading is never what gets recommended. When the second reading drops
-it below the runner-up, the new leader is held to the same rule.
+a discovery). A lead over a config read alike (:func:`~autotune.objective.read_alike`: the two
+differ in a cap neither reading reached) is no ranking to decide: the next config is the rival.
+The leader is read again before the search stops, or with the last trial of the budget, so that
+one favourable reading is never what gets recommended. When the second reading drops it below
+the runner-up, the new leader is held to the same rule.
 
 A narrow lead is not a *close race*: that is the recommendation's verdict on its lead over the
 runner-up against the replay noise the run measured (:mod:`autotune.recommend.runner_up`).
@@ -30,7 +32,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from autotune.errors import SearchError
-from autotune.objective import Outcome, Standard, Standing, close_call, rank_measured
+from autotune.objective import (
+    Outcome,
+    Standard,
+    Standing,
+    close_call,
+    rank_measured,
+    read_alike,
+)
 from autotune.search.strategy import Strategy, StrategySetup, create_strategy
 from autotune.search.study import TrialStudy, study_name
 from autotune.types import KNOB_NAMES, CapacityHint, Measurement, Request, Slo, TrialConfig
@@ -199,9 +208,11 @@ class Searcher:
         surprise = self.strategy.surprise(best, first)
         if surprise is not None:
             return best, surprise
-        if len(ranked) > 1 and value > 0 and (value - ranked[1].value) / value < NARROW_LEAD:
-            gap = (value - ranked[1].value) / value
-            return best, (f"a narrow lead: {gap:.1%} ahead of {ranked[1].key.short()}, "
+        rival = next((s for s in ranked[1:]
+                      if not read_alike(best, readings, s.key, self._readings[s.key])), None)
+        if rival is not None and value > 0 and (value - rival.value) / value < NARROW_LEAD:
+            gap = (value - rival.value) / value
+            return best, (f"a narrow lead: {gap:.1%} ahead of {rival.key.short()}, "
                           f"inside one reading's noise")
         return None
 

@@ -3,14 +3,17 @@ again before it can be recommended, and a config is judged by all its readings."
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
-from autotune.objective import Outcome, close_call
+import pytest
+
+from autotune.objective import Outcome, close_call, read_alike
 from autotune.policy import policy_from_mapping
 from autotune.recommend import Scored, select_best, slo_probability
 from autotune.search import open_search
 from autotune.slo import Slo
-from autotune.types import TrialConfig
+from autotune.types import PEAK_IN_FLIGHT, TrialConfig
 
 SLO = Slo(ttft_p99_ms=1000, itl_p99_ms=45)
 
@@ -96,6 +99,42 @@ def test_a_leader_that_keeps_its_lead_is_not_read_again(tmp_path: Path) -> None:
     assert repeats == [(1, 16)] and len(seen) == 6 and s.stop_reason
     best = select_best(seen, target=1.0, slo=SLO)
     assert best is not None and best.config == TrialConfig(1, False, 16, 4096)
+
+
+@pytest.mark.parametrize(("peak", "read_again"), [(3.0, False), (4.0, False), (5.0, True),
+                                                 (None, True)])
+def test_a_narrow_lead_over_a_config_read_alike_is_not_read_again(
+        tmp_path: Path, peak: float | None, read_again: bool) -> None:
+    # (1, 16) leads (1, 4) by 1%, the others by far. Below 4 requests in flight in every
+    # reading neither cap bound: the two ran the same schedule, their 1% is replay noise and
+    # there is no ranking to decide. At 5 the cap of 4 held requests back (and with no count
+    # nothing says it did not): the lead is read again.
+    value = {(1, 16): 3.03, (1, 4): 3.0, (3, 16): 1.0, (3, 4): 1.2}
+    s = open_search(policy(8), "r", "w", f"sqlite:///{tmp_path}/s.db")  # type: ignore[arg-type]
+    seen = []
+    while (sug := s.ask()) is not None:
+        out = reading(30.0, value.get((sug.config.num_speculative_tokens,
+                                       sug.config.max_num_seqs), 0.5))
+        s.tell(sug, replace(out, summary={**out.summary, PEAK_IN_FLIGHT: peak}))
+        seen.append(sug)
+    repeats = [r.config for r in seen if r.is_repeat]
+    assert repeats == ([TrialConfig(1, False, 16, 4096)] if read_again else [])
+    assert len(seen) == 5 + read_again
+
+
+def test_configs_read_alike_differ_only_in_a_cap_no_reading_reached() -> None:
+    def at(peak: float | None) -> Outcome:
+        return Outcome(1.0, {}, {PEAK_IN_FLIGHT: peak})
+
+    a, b = TrialConfig(1, False, 16, 4096), TrialConfig(1, False, 4, 4096)
+    assert read_alike(a, [at(4.0)], b, [at(2.0), at(3.0)])
+    assert read_alike(b, (), a, [at(4.0)])  # a config not read yet is read alike too
+    assert not read_alike(a, [at(5.0)], b, [at(2.0)])  # the cap of 4 held one back
+    assert not read_alike(a, [at(2.0)], b, [at(2.0), None])  # a failed reading says nothing
+    assert not read_alike(a, [at(None)], b, [at(2.0)])
+    assert not read_alike(a, [at(1.0)], a, [at(1.0)])
+    other = TrialConfig(3, False, 4, 4096)  # another window: another schedule
+    assert not read_alike(a, [at(1.0)], other, [at(1.0)])
 
 
 def test_a_clear_winner_is_not_read_again(tmp_path: Path) -> None:

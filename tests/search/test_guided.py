@@ -16,7 +16,7 @@ from autotune.predict import Observation, Prediction
 from autotune.search import Searcher, open_search
 from autotune.search.guided import Guide, GuidedStrategy, make_guide
 from autotune.slo import MIN_SCALE
-from autotune.types import AcceptanceCounts, Request, TrialConfig
+from autotune.types import PEAK_IN_FLIGHT, AcceptanceCounts, Request, TrialConfig
 
 BASELINE = TrialConfig(7, False, 1024, 8192)
 
@@ -91,6 +91,21 @@ def test_proposals_can_beat_the_incumbent_and_never_repeat() -> None:
         assert d.remaining_gain >= 0.0
         seen.add(d.config)
         g.observe(d.config, Outcome(preds[d.config].value, {}, summary()))
+
+
+def test_a_config_read_alike_to_a_measured_one_is_not_proposed() -> None:
+    # the baseline (n=7, 1024 seqs, 8192 tokens) held at most 6 requests at once: at 8 or 64
+    # seqs, window 7 would replay the same schedule; window 1's readings filled 64 slots
+    policy = make_policy(space={"num_speculative_tokens": [1, 7], "max_num_seqs": [8, 64],
+                                "max_num_batched_tokens": [8192]})
+    g = make_guide(requests(), policy.space.configs(), policy, epsilon=0.0)
+    g.observe(BASELINE, Outcome(2.0, {}, {**summary(), PEAK_IN_FLIGHT: 6.0}))
+    seen: set[TrialConfig] = {BASELINE}
+    while (d := g.propose(exclude=seen)).config is not None:
+        seen.add(d.config)
+        g.observe(d.config, Outcome(1.0, {}, {**summary(), PEAK_IN_FLIGHT: 70.0}))
+    window_1 = {TrialConfig(1, False, n, 8192) for n in (8, 64)}
+    assert seen == {BASELINE, *window_1} and "read alike" in d.reason
 
 
 def test_stops_when_the_remaining_gain_is_below_epsilon() -> None:

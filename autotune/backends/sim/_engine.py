@@ -39,7 +39,14 @@ from autotune.backends.sim._decode_block import advance_steady_decode
 from autotune.backends.sim._source import Record
 from autotune.backends.sim._state import EmitObserver, EngineConfig, ReplayState
 from autotune.errors import BackendError
-from autotune.types import AcceptanceCounts, Measurement, Progress, ReplaySchedule, Request
+from autotune.types import (
+    PEAK_IN_FLIGHT,
+    AcceptanceCounts,
+    Measurement,
+    Progress,
+    ReplaySchedule,
+    Request,
+)
 
 __all__ = ["EmitObserver", "EngineConfig", "simulate_replay"]
 
@@ -87,6 +94,7 @@ class _Replay(ReplayState):
                 self.results.fail(r.arrival)
             return True
         self.waiting.append(r)
+        self.peak_in_flight = max(self.peak_in_flight, self.running.n + len(self.waiting))
         return True
 
     def _arrive(self, now: float) -> None:
@@ -327,6 +335,7 @@ class _Replay(ReplayState):
             "preemptions": float(self.preemptions),
             "rejected_requests": float(self.rejected),
             "kv_peak_utilization": self.peak_blocks / max(self.cfg.kv_blocks, 1),
+            PEAK_IN_FLIGHT: float(self.peak_in_flight),
             "out_of_order_arrivals": float(self.incoming.out_of_order),
             "itl_subsampled": float(self.itl.sampled),
         }

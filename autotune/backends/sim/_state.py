@@ -86,6 +86,8 @@ class ReplayState:
         self.preemptions = 0
         self.rejected = 0
         self.peak_blocks = 0
+        #: the most requests in the replica at once (waiting or running): see PEAK_IN_FLIGHT
+        self.peak_in_flight = 0
         self.budget_sum = 0
         self.budget_steps = 0
         #: smoothed tokens emitted per request per decode step (sizes the fast path's horizon)

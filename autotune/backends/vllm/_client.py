@@ -30,7 +30,14 @@ import numpy as np
 from autotune.backends.vllm._prompts import SyntheticPrompts
 from autotune.errors import DependencyError
 from autotune.redact import redact_text
-from autotune.types import AcceptanceCounts, Measurement, Progress, ReplaySchedule, Request
+from autotune.types import (
+    PEAK_IN_FLIGHT,
+    AcceptanceCounts,
+    Measurement,
+    Progress,
+    ReplaySchedule,
+    Request,
+)
 
 if TYPE_CHECKING:
     import httpx
@@ -265,6 +272,18 @@ def replay(target: ReplayTarget, schedule: ReplaySchedule, requests: Sequence[Re
         return pool.submit(asyncio.run, _drive(*coro_args)).result()
 
 
+def _peak_in_flight(results: Sequence[RequestResult]) -> int:
+    """The most requests sent and not yet finished at once (one unfinished counts to the end);
+    a request finishing as another is sent frees its place first."""
+    events = sorted([(r.sent_s, 1) for r in results]
+                    + [(r.done_s, -1) for r in results if math.isfinite(r.done_s)])
+    peak = held = 0
+    for _, step in events:
+        held += step
+        peak = max(peak, held)
+    return peak
+
+
 def build_measurement(results: Sequence[RequestResult], warmup: int, wall_time_s: float,
                       acceptance: AcceptanceCounts | None,
                       extra: dict[str, float] | None = None) -> Measurement:
@@ -289,6 +308,6 @@ def build_measurement(results: Sequence[RequestResult], warmup: int, wall_time_s
         wall_time_s=float(wall_time_s),
         acceptance=acceptance,
         errors=tuple(f"{msg} (x{n})" if n > 1 else msg for msg, n in errors.most_common(20)),
-        extra=dict(extra or {}),
+        extra={**(extra or {}), PEAK_IN_FLIGHT: float(_peak_in_flight(results))},
         busy_s=float(busy),
     )

@@ -11,7 +11,14 @@ import pytest
 from autotune.backends import create_backend
 from autotune.backends.sim import SimReplica, generate_requests
 from autotune.backends.sim._engine import simulate_replay
-from autotune.types import Measurement, ReplaySchedule, Request, ServeSpec, TrialConfig
+from autotune.types import (
+    PEAK_IN_FLIGHT,
+    Measurement,
+    ReplaySchedule,
+    Request,
+    ServeSpec,
+    TrialConfig,
+)
 
 SERVE = ServeSpec(model="moonshotai/Kimi-K2.6", draft_model="novita/kimi-k2.6-dspark",
                   method="dspark", draft_block_size=8)
@@ -110,6 +117,25 @@ def test_max_num_seqs_caps_the_batch() -> None:
     assert m8.extra["mean_batch_size"] <= 8
     assert m64.extra["mean_batch_size"] > 8
     assert np.median(m8.ttft_s) > np.median(m64.ttft_s)  # the rest queue
+
+
+def test_a_cap_above_the_peak_in_flight_never_binds() -> None:
+    # the replica holds at most the peak in flight (waiting or running): a max_num_seqs at or
+    # above it replays the same schedule, one below it queues a request at the peak
+    reqs = _requests(150, rate=6.0)
+    sched = ReplaySchedule(reqs, mode="trace")
+    wide = _replica(TrialConfig(3, False, 1024, 8192)).replay(sched)
+    peak = int(wide.extra[PEAK_IN_FLIGHT])
+    assert 2 <= peak < 150
+    at_peak = _replica(TrialConfig(3, False, peak, 8192)).replay(sched)
+    assert at_peak.extra[PEAK_IN_FLIGHT] == peak
+    for a, b in zip(_arrays(wide), _arrays(at_peak), strict=True):
+        np.testing.assert_array_equal(a, b)
+    below = _replica(TrialConfig(3, False, peak - 1, 8192)).replay(sched)
+    assert not np.array_equal(below.ttft_s, wide.ttft_s)
+    closed = _replica(TrialConfig(3, False, 64, 8192)).replay(
+        ReplaySchedule(reqs, mode="closed", concurrency=5))
+    assert closed.extra[PEAK_IN_FLIGHT] == 5
 
 
 def test_token_budget_chunks_long_prefills() -> None:

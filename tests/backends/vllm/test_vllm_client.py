@@ -17,7 +17,7 @@ from autotune.backends.vllm._client import (
     replay,
 )
 from autotune.backends.vllm._prompts import SyntheticPrompts
-from autotune.types import ReplaySchedule, Request, Slo
+from autotune.types import PEAK_IN_FLIGHT, ReplaySchedule, Request, Slo
 
 
 @pytest.fixture
@@ -86,6 +86,7 @@ def test_trace_mode_sends_on_scaled_arrivals_without_waiting_for_replies(
     assert all(r.sent_s - before >= d - 1e-3 for r, d in zip(results, due, strict=True))
     assert [r.sent_s for r in results] == sorted(r.sent_s for r in results)
     assert fake.in_flight_at_arrival == [1, 2, 3]
+    assert build_measurement(results, 0, 1.0, None).extra[PEAK_IN_FLIGHT] == 3
 
 
 def test_closed_mode_keeps_concurrency_in_flight(fake: FakeServer) -> None:
@@ -101,6 +102,8 @@ def test_closed_mode_keeps_concurrency_in_flight(fake: FakeServer) -> None:
     assert len(results) == 6 and all(r.ok for r in results)
     assert fake.max_in_flight == 2
     assert fake.in_flight_at_arrival == [1, 2, 2, 2, 2, 2]
+    # the client counts what the server held: the most requests in flight at once
+    assert build_measurement(results, 0, 1.0, None).extra[PEAK_IN_FLIGHT] == 2
 
 
 def test_trace_without_arrival_times_runs_closed_loop(fake: FakeServer) -> None:
