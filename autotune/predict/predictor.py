@@ -163,12 +163,8 @@ class Predictor:
         self.block = block
         self.objective = objective
         self.raw = AcceptanceModel.from_requests(requests, block)
-        self.calibration = HeadCalibration(scheme="no usable counters")
         self.configs = tuple(configs)
         self.grid = ConfigGrid.of(self.configs)
-        self.cost = StepCostModel(self.facts)
-        self.factors = ReplicaFactors()
-        self._state = _Fit(self.cost, self.factors)  # where the next refit starts
         self.too_long = bool(max_model_len) and any(
             r.prompt_tokens + r.output_tokens > (max_model_len or 0) for r in requests)
         self.workload = WorkloadModel(requests, self.raw, warmup=warmup, slo=slo,
@@ -176,6 +172,15 @@ class Predictor:
                                       time_scale=time_scale, concurrency=concurrency,
                                       find_capacity=find_capacity)
         self.observations: list[Observation] = []
+        self._unfitted()
+
+    def _unfitted(self) -> None:
+        """Forget every fit (the head's calibration, the step cost and factors, the
+        predictions and the tail model): the state before any run was observed."""
+        self.calibration = HeadCalibration(scheme="no usable counters")
+        self.cost = StepCostModel(self.facts)
+        self.factors = ReplicaFactors()
+        self._state = _Fit(self.cost, self.factors)  # where the next refit starts
         self._predictions: dict[TrialConfig, Prediction] | None = None
         #: the tail model fitted on the predictions it was fitted with (refitted after a refresh)
         self._tail: tuple[dict[TrialConfig, Prediction], TailModel] | None = None
@@ -479,9 +484,8 @@ class Predictor:
 
         other = copy.deepcopy(self)
         other.observations = [o for o in self.observations if o.config != config]
-        other._predictions, other._tail, other._calibrated_runs = None, None, -1
-        other._state = _Fit(StepCostModel(self.facts), ReplicaFactors())
-        other.calibration = HeadCalibration(scheme="no usable counters")
+        other._unfitted()
+        other._calibrated_runs = -1  # recalibrate the head even from no runs
         other.workload.set_acceptance(other.workload.align(other.raw))
         return other.predict()[config]
 

@@ -134,6 +134,23 @@ def test_a_measured_config_is_predicted_near_its_measurement() -> None:
     assert pred.log_sd < 0.06            # measured: what is left is measurement noise
 
 
+def test_a_held_out_prediction_is_what_the_other_runs_alone_predict() -> None:
+    configs = [TrialConfig(n, False, 64, 4096) for n in (1, 3, 5, 7)]
+    counts, _ = drawn_drafts([0.6] * 7, 20000)
+    runs = [Observation(configs[0], 4.0, True, scale=1.0, itl_p99_ms=40.0, ttft_p99_ms=400.0),
+            Observation(configs[3], 6.0, True, scale=1.0, itl_p99_ms=60.0, ttft_p99_ms=500.0,
+                        counts=counts)]
+    both, other = predictor(requests(), configs), predictor(requests(), configs)
+    for run in runs:
+        both.observe(run)
+    other.observe(runs[0])
+    before = both.predict()[configs[3]]
+    held = both.held_out(configs[3])  # its own run (and its counters) left out
+    assert held == other.predict()[configs[3]]
+    assert held.value != pytest.approx(before.value, rel=0.05)
+    assert both.predict()[configs[3]] == before  # the predictor itself is left as it was
+
+
 def test_observation_reads_the_step_time_and_batch_of_a_known_replica() -> None:
     """A replica whose verify step takes 50 ms and emits 2.5 tokens (its counters: 150
     accepted over 100 drafts) serves two requests of 40 and 80 decode steps, one from 0.1 s,
