@@ -33,6 +33,14 @@ of how a replica's tail grows with its load:
   margin is the log of a p99 over its bound, and its verdict is on the p99 as read), so the
   config with the shortest tail serves the rate and the throughput-best does not, each by the
   widest margin one bound can give both. The p99 TTFT bound stays the workload's.
+- **Only a bound clear of the replay noise binds.** Every config is read at the rate a second
+  time, on another replay (:func:`replay_noise`: one reading's p99 noise from the pairs), and
+  the bound is set only where half the log gap between the lowest p99 ITL and the
+  throughput-best's is at least :data:`SEPARATION_Z` noise sds: one reading of either then
+  lands on its own side 95% of the time. Closer than that (Kimi DSpark code at 97.39 and
+  97.45 ms; Llama-70B code at 157.4 and 160.1 ms), which config serves the rate would be
+  decided by replay luck, the oracle's and the search's alike, so the workload keeps its own
+  bound there.
 - **What one reading can tell.** Each at-rate reading keeps its p99's order-statistic interval
   (:meth:`autotune.slo.Slo.verdict`), and the record the two ends the bound lies between (the
   lowest interval top, the throughput-best's interval bottom). They are not used to set the
@@ -43,7 +51,8 @@ of how a replica's tail grows with its load:
   capacity readings under the bound, not from this one reading.
 
 Where the throughput-best has the shortest tail at the rate (no bound fails it while another
-config serves the rate), the unit keeps the workload's own ITL bound at that rate. A unit where
+config serves the rate), or one no bound clear of the noise separates from the shortest, the
+unit keeps the workload's own ITL bound at that rate. A unit where
 no config meets the workload's SLO at any rate (no rate to set), none keeps up at the rate, or
 none's capacity reading serves the rate under the bound is scored by capacity at any rate and
 counted apart (``out_of_reach``).
@@ -60,6 +69,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Hashable, Mapping, Sequence
+from statistics import NormalDist
 from typing import NamedTuple, TypeVar
 
 from bench.regret.reading import Reading
@@ -71,7 +81,13 @@ K = TypeVar("K", bound=Hashable)
 RULE = ("rate to serve = the median capacity (under the workload's own SLO) of the configs "
         "meeting it at some rate; p99 ITL bound = the geometric midpoint of the lowest p99 ITL "
         "at that rate and the throughput-best config's, among the configs keeping up there "
-        "(one capacity-search reading at the rate, the workload's TTFT bound)")
+        "(one capacity-search reading at the rate, the workload's TTFT bound), when the two "
+        "lie further apart than one reading's noise lets a bound separate (a second reading of "
+        "every config at the rate measures it); else the workload's own bound")
+
+#: One reading lands on its side of a bound at the midpoint with this chance at least (one
+#: sided, its p99's replay noise log-normal): 95%.
+SEPARATION_Z = NormalDist().inv_cdf(0.95)
 
 
 class Tail(NamedTuple):
@@ -97,17 +113,34 @@ def rate_to_serve(capacities: Sequence[float]) -> float | None:
     return float(statistics.median(positive)) if positive else None
 
 
-def bound(at_rate: Mapping[K, Tail | None], throughput_best: K) -> float | None:
+def replay_noise(first: Mapping[K, Tail | None], second: Mapping[K, Tail | None]
+                 ) -> float | None:
+    """One reading's p99 ITL noise at the rate (sd of its log) from two readings of every
+    config on different replays: the median |log ratio| of the pairs, over that of the
+    difference of two normal readings (0.6745 √2 sd). None with no config kept up in both."""
+    logs = [abs(math.log(a.p99 / b.p99)) for k, a in first.items()
+            if a is not None and (b := second.get(k)) is not None and a.p99 > 0 and b.p99 > 0]
+    if not logs:
+        return None
+    return float(statistics.median(logs)) / (NormalDist().inv_cdf(0.75) * math.sqrt(2.0))
+
+
+def bound(at_rate: Mapping[K, Tail | None], throughput_best: K,
+          noise: float = 0.0) -> float | None:
     """The p99 ITL bound (ms) from the configs' p99 ITLs at the rate to serve (``at_rate``:
     None for a config that does not keep up there): the geometric midpoint of the lowest and
-    the throughput-best's. None when no config keeps up, when the throughput-best keeps up with
-    the lowest p99 ITL, or does not keep up at all (it fails the rate whatever the bound)."""
+    the throughput-best's. None when no config keeps up, when the throughput-best does not
+    keep up (it fails the rate whatever the bound), or its p99 ITL is not above the lowest by
+    more than ``noise`` (one reading's, sd of the log) lets a bound between them separate: each
+    side's margin, half the log gap, must be :data:`SEPARATION_Z` noise sds."""
     kept = [t.p99 for t in at_rate.values() if t is not None]
     mine = at_rate.get(throughput_best)
     if not kept or mine is None:
         return None
     lowest = min(kept)
-    return math.sqrt(lowest * mine.p99) if mine.p99 > lowest else None
+    if mine.p99 <= lowest or math.log(mine.p99 / lowest) / 2.0 < SEPARATION_Z * noise:
+        return None
+    return math.sqrt(lowest * mine.p99)
 
 
 def changed_winner(units: Sequence[Detail]) -> list[str]:
@@ -139,7 +172,7 @@ def count(units: Sequence[Detail]) -> BindingCount:
 
 def record(world: str, rate: float | None, itl_bound: float | None,
            at_rate: Mapping[str, Tail | None], throughput_best: str, serves: bool,
-           reachable: bool = True) -> BindingRecord:
+           reachable: bool = True, noise: float | None = None) -> BindingRecord:
     """A unit's binding record: ``rate`` (× the sample's rate; None: out of reach), the bound
     (None: the workload's own), the p99 ITLs at the rate (by config, None: not keeping up), the
     throughput-best config and whether it serves the rate within the binding SLO."""
@@ -157,5 +190,6 @@ def record(world: str, rate: float | None, itl_bound: float | None,
                                                  else None),
             "itl_p99_interval_throughput_best_bottom_ms": (None if mine is None
                                                            else round(mine.low, 3)),
+            "itl_p99_replay_noise": None if noise is None else round(noise, 5),
             "throughput_best": throughput_best, "throughput_best_serves": serves,
             "reachable": reachable}

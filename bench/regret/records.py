@@ -80,8 +80,10 @@ class BindingRecord(TypedDict):
     throughput-best config (the oracle under the workload's own SLO, by capacity at any rate)
     with whether it serves the rate within the binding SLO. ``reachable`` False: no config's
     capacity reading served the rate under the bound, so the unit was scored by capacity at any
-    rate. Records made before the rate was set lack ``rate_to_serve``, the throughput-best's
-    p99 ITL and the interval ends."""
+    rate. ``itl_p99_replay_noise``: one reading's p99 ITL noise at the rate (sd of its log, from
+    a second reading of every config), which the bound must clear. Records made before the rate
+    was set lack ``rate_to_serve``, the throughput-best's p99 ITL and the interval ends; those
+    made before the noise was read lack it."""
 
     world: str
     rule: str
@@ -94,6 +96,7 @@ class BindingRecord(TypedDict):
     itl_p99_at_rate_throughput_best_ms: NotRequired[float | None]
     itl_p99_interval_shortest_top_ms: NotRequired[float | None]
     itl_p99_interval_throughput_best_bottom_ms: NotRequired[float | None]
+    itl_p99_replay_noise: NotRequired[float | None]
     throughput_best: str
     throughput_best_serves: bool
     reachable: NotRequired[bool]

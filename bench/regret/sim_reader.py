@@ -100,7 +100,7 @@ def _number(value: Json) -> float:
 
 
 def first_reading(backend: Backend, config: TrialConfig, policy: Policy,
-                  wl: Workload) -> Measurement:
+                  wl: Workload, replay_seed: int = 0) -> Measurement:
     """``config`` read once at ``wl``'s rate to serve as a capacity search reads its first
     rate (the policy's bounded window of the sample, :func:`autotune.orchestrate.capacity.
     replay_at_capacity` with one replay) under ``wl``'s p99 TTFT bound alone:
@@ -111,7 +111,8 @@ def first_reading(backend: Backend, config: TrialConfig, policy: Policy,
     slo = Slo(ttft_p99_ms=wl.slo[0])
     replica = backend.start(config)
     try:
-        return replay_at_capacity(replica, policy.replay.schedule(wl.requests, seed=0, slo=slo),
+        return replay_at_capacity(replica, policy.replay.schedule(wl.requests, seed=replay_seed,
+                                                                  slo=slo),
                                   slo, max_replays=1)
     finally:
         replica.stop()
@@ -230,21 +231,23 @@ class SimReader:
         config's capacity reading serves it."""
         return self.rate is not None and self.reachable
 
-    def at_rate(self, config: TrialConfig) -> Tail | None:
+    def at_rate(self, config: TrialConfig, replay_seed: int = 0) -> Tail | None:
         """``config``'s p99 ITL (ms) at the rate to serve with its order-statistic interval,
-        read as a capacity search reads its first rate (:func:`first_reading`) under the
-        workload's TTFT bound alone; None when it does not keep up there (TTFT missed, arrivals
-        fallen behind, or not sustained). Measured once and cached."""
+        read as a capacity search reads its first rate (:func:`first_reading`, on
+        ``replay_seed``) under the workload's TTFT bound alone; None when it does not keep up
+        there (TTFT missed, arrivals fallen behind, or not sustained). Measured once and
+        cached."""
         from autotune.slo import Slo
 
         def measure() -> Reading:
-            m = first_reading(self.backend, config, self.policy, self.wl)
+            m = first_reading(self.backend, config, self.policy, self.wl, replay_seed)
             met = m.extra.get("capacity_met_slo") == 1.0
             ends: dict[str, Json] = {k: m.extra.get(k, math.nan)
                                      for k in ("itl_p99_low_ms", "itl_p99_high_ms")}
             return Reading(m.slo_check(Slo()).itl_p99_ms, met, {}, ends)
 
-        r = self.cache.read(f"{self.key}|{config.short()}|at-rate-interval", measure)[0]
+        again = f"|{replay_seed}" if replay_seed else ""  # seed 0: the key it always had
+        r = self.cache.read(f"{self.key}|{config.short()}|at-rate-interval{again}", measure)[0]
         low, high = (r.summary.get(k) for k in ("itl_p99_low_ms", "itl_p99_high_ms"))
         return (Tail(r.value, _number(low), _number(high)) if r.feasible else None)
 

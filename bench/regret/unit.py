@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from bench.regret.binding import Tail, bound, capacity, rate_to_serve, record
+from bench.regret.binding import Tail, bound, capacity, rate_to_serve, record, replay_noise
 from bench.regret.economy import gpu_h_to, no_rate_trials, trial_gpu_h, within_budget
 from bench.regret.engine_reader import EngineReader
 from bench.regret.methods import Trials, race, recommended, run_grid, run_searcher, runs_to
@@ -68,11 +68,12 @@ def set_binding(reader: SimReader) -> tuple[Table[TrialConfig], BindingRecord]:
     rate = rate_to_serve([capacity(own.readings[c]) for c in own.readings
                           if own.meets_somewhere(c)])
     at: dict[str, Tail | None] = {}
-    itl = None
+    itl = noise = None
     if rate is not None:
         reader.serve_at(rate)
         at = {c.short(): reader.at_rate(c) for c in reader.configs()}
-        itl = bound(at, throughput_best.short())
+        noise = replay_noise(at, {c.short(): reader.at_rate(c, 1) for c in reader.configs()})
+        itl = bound(at, throughput_best.short(), noise or 0.0)
         if itl is not None:
             reader.hold_to(itl)
     if rate is None or not any(v is not None for v in at.values()):
@@ -83,7 +84,7 @@ def set_binding(reader: SimReader) -> tuple[Table[TrialConfig], BindingRecord]:
         table = reader.tables(1)[0]
     serves = Table(table.readings, binding=True).mostly_feasible(throughput_best)
     return table, record(reader.world.name, rate, itl, at, throughput_best.short(), serves,
-                         reader.bound)
+                         reader.bound, noise)
 
 
 def _binding(reader: SimReader, settings: Settings, t0: float) -> UnitResult:
@@ -93,6 +94,11 @@ def _binding(reader: SimReader, settings: Settings, t0: float) -> UnitResult:
     res.detail["binding"] = binding
     res.lines.insert(1, _binding_line(res.detail["binding"]))
     return replace(res, seconds=time.perf_counter() - t0)
+
+
+def _percent(sd: float | None) -> str:
+    """A log sd as a percentage ("?" when not read)."""
+    return "?" if sd is None else f"{math.expm1(sd):.1%}"
 
 
 def _binding_line(b: BindingRecord) -> str:
@@ -113,7 +119,8 @@ def _binding_line(b: BindingRecord) -> str:
             + (f"{mine:.1f} ms, interval bottom "
                f"{bottom if bottom is not None else math.nan:.1f}" if mine is not None
                else "falls behind")
-            + f"); {itl}; throughput-best {b['throughput_best']} "
+            + f"; one reading's noise {_percent(b.get('itl_p99_replay_noise'))}); {itl}; "
+            f"throughput-best {b['throughput_best']} "
             + ("serves" if b["throughput_best_serves"] else "FAILS") + " the rate"
             + ("" if b.get("reachable", True) else "; no config's capacity reading serves "
                "the rate: scored by capacity at any rate"))

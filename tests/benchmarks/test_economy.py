@@ -11,12 +11,14 @@ import pytest
 from autotune.cost import TrialCost
 from bench.regret.binding import (
     RULE,
+    SEPARATION_Z,
     Tail,
     bound,
     capacity,
     changed_winner,
     rate_to_serve,
     record,
+    replay_noise,
 )
 from bench.regret.economy import gpu_h_to, no_rate_trials, trial_gpu_h, within_budget
 from bench.regret.oracle import Table
@@ -148,6 +150,23 @@ def test_the_bound_splits_the_shortest_tail_and_the_throughput_bests_by_equal_ma
     assert bound(at_rate, "short") is None    # it has the shortest tail: no bound fails it alone
     assert bound(at_rate, "behind") is None   # it fails the rate whatever the ITL bound
     assert bound({"a": None, "b": None}, "a") is None
+
+
+def test_a_bound_inside_one_readings_noise_is_not_set() -> None:
+    """Two readings of every config at the rate measure one reading's p99 noise: a bound at the
+    midpoint must leave each side SEPARATION_Z noise sds of margin, else the workload keeps its
+    own bound (replay noise, not the search, would decide which config serves the rate)."""
+    first = {"short": Tail(40.0, 36.0, 45.0), "best": Tail(44.0, 40.0, 49.0), "behind": None}
+    second = {"short": Tail(42.0, 38.0, 47.0), "best": Tail(42.0, 38.0, 47.0), "behind": None}
+    noise = replay_noise(first, second)
+    # |log ratio| 0.049 and 0.047: their median over that of two normal readings' difference
+    assert noise == pytest.approx(0.048 / (0.6745 * math.sqrt(2.0)), rel=0.01)
+    assert bound(first, "best") == pytest.approx(math.sqrt(40.0 * 44.0))  # no noise: split
+    assert bound(first, "best", noise) is None  # 9.5% apart: inside 2 x 1.645 x 5.0%
+    apart = {**first, "best": Tail(60.0, 55.0, 66.0)}  # 50% apart: well clear of it
+    assert bound(apart, "best", noise) == pytest.approx(math.sqrt(40.0 * 60.0))
+    assert math.log(60.0 / 40.0) / 2.0 > SEPARATION_Z * noise
+    assert replay_noise(first, {k: None for k in first}) is None
 
 
 def test_the_units_where_the_slo_changes_the_winner_are_counted_per_world() -> None:
