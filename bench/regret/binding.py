@@ -34,7 +34,8 @@ of how a replica's tail grows with its load:
   config with the shortest tail serves the rate and the throughput-best does not, each by the
   widest margin one bound can give both. The p99 TTFT bound stays the workload's.
 - **Only a bound clear of the replay noise binds.** Every config is read at the rate a second
-  time, on another replay (:func:`replay_noise`: one reading's p99 noise from the pairs), and
+  time, on another replay (:func:`replay_noise`: one reading's p99 noise from the pairs of
+  the configs whose p99 lies between the two the bound would split), and
   the bound is set only where half the log gap between the lowest p99 ITL and the
   throughput-best's is at least :data:`SEPARATION_Z` noise sds: one reading of either then
   lands on its own side 95% of the time. Closer than that (Kimi DSpark code at 97.39 and
@@ -113,16 +114,23 @@ def rate_to_serve(capacities: Sequence[float]) -> float | None:
     return float(statistics.median(positive)) if positive else None
 
 
-def replay_noise(first: Mapping[K, Tail | None], second: Mapping[K, Tail | None]
-                 ) -> float | None:
-    """One reading's p99 ITL noise at the rate (sd of its log) from two readings of every
-    config on different replays: the median |log ratio| of the pairs, over that of the
-    difference of two normal readings (0.6745 √2 sd). None with no config kept up in both."""
-    logs = [abs(math.log(a.p99 / b.p99)) for k, a in first.items()
-            if a is not None and (b := second.get(k)) is not None and a.p99 > 0 and b.p99 > 0]
-    if not logs:
+def replay_noise(first: Mapping[K, Tail | None], second: Mapping[K, Tail | None],
+                 throughput_best: K) -> float | None:
+    """One reading's p99 ITL noise at the rate (sd of its log) where a bound would lie: from
+    two readings of each config on different replays, over the configs whose first p99 lies
+    between the lowest and the throughput-best's (all kept up when fewer than three do; a
+    chunk stall's p99 is near-deterministic, a plain step's is not, so the noise away from the
+    bound says little of it there): sqrt(mean(log ratio²) / 2). None with no config kept up
+    in both readings."""
+    pairs = {k: (a.p99, b.p99) for k, a in first.items()
+             if a is not None and (b := second.get(k)) is not None and a.p99 > 0 and b.p99 > 0}
+    if not pairs:
         return None
-    return float(statistics.median(logs)) / (NormalDist().inv_cdf(0.75) * math.sqrt(2.0))
+    mine = first.get(throughput_best)
+    lowest = min(a for a, _ in pairs.values())
+    band = [p for p in pairs.values() if mine is not None and lowest <= p[0] <= mine.p99]
+    used = band if len(band) >= 3 else list(pairs.values())
+    return math.sqrt(statistics.fmean(math.log(a / b) ** 2 for a, b in used) / 2.0)
 
 
 def bound(at_rate: Mapping[K, Tail | None], throughput_best: K,

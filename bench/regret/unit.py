@@ -72,7 +72,8 @@ def set_binding(reader: SimReader) -> tuple[Table[TrialConfig], BindingRecord]:
     if rate is not None:
         reader.serve_at(rate)
         at = {c.short(): reader.at_rate(c) for c in reader.configs()}
-        noise = replay_noise(at, {c.short(): reader.at_rate(c, 1) for c in reader.configs()})
+        noise = replay_noise(at, {c.short(): reader.at_rate(c, 1) for c in reader.configs()},
+                             throughput_best.short())
         itl = bound(at, throughput_best.short(), noise or 0.0)
         if itl is not None:
             reader.hold_to(itl)

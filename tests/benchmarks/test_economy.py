@@ -153,20 +153,24 @@ def test_the_bound_splits_the_shortest_tail_and_the_throughput_bests_by_equal_ma
 
 
 def test_a_bound_inside_one_readings_noise_is_not_set() -> None:
-    """Two readings of every config at the rate measure one reading's p99 noise: a bound at the
-    midpoint must leave each side SEPARATION_Z noise sds of margin, else the workload keeps its
-    own bound (replay noise, not the search, would decide which config serves the rate)."""
-    first = {"short": Tail(40.0, 36.0, 45.0), "best": Tail(44.0, 40.0, 49.0), "behind": None}
-    second = {"short": Tail(42.0, 38.0, 47.0), "best": Tail(42.0, 38.0, 47.0), "behind": None}
-    noise = replay_noise(first, second)
-    # |log ratio| 0.049 and 0.047: their median over that of two normal readings' difference
-    assert noise == pytest.approx(0.048 / (0.6745 * math.sqrt(2.0)), rel=0.01)
+    """Two readings of every config at the rate measure one reading's p99 noise where the
+    bound would lie: a bound at the midpoint must leave each side SEPARATION_Z noise sds of
+    margin, else the workload keeps its own bound (replay noise, not the search, would decide
+    which config serves the rate)."""
+    first = {"short": Tail(40.0, 36.0, 45.0), "mid": Tail(42.0, 38.0, 46.0),
+             "best": Tail(44.0, 40.0, 49.0), "stall": Tail(90.0, 89.0, 91.0), "behind": None}
+    second = {"short": Tail(42.0, 38.0, 47.0), "mid": Tail(44.0, 40.0, 48.0),
+              "best": Tail(42.0, 38.0, 47.0), "stall": Tail(90.0, 89.0, 91.0), "behind": None}
+    noise = replay_noise(first, second, "best")
+    # the three between 40 and 44 ms, not the stall's near-deterministic p99
+    logs = [math.log(40 / 42), math.log(42 / 44), math.log(44 / 42)]
+    assert noise == pytest.approx(math.sqrt(sum(x * x for x in logs) / 3 / 2))
     assert bound(first, "best") == pytest.approx(math.sqrt(40.0 * 44.0))  # no noise: split
-    assert bound(first, "best", noise) is None  # 9.5% apart: inside 2 x 1.645 x 5.0%
+    assert bound(first, "best", noise) is None  # 9.5% apart: inside 2 x 1.645 x 3.4%
     apart = {**first, "best": Tail(60.0, 55.0, 66.0)}  # 50% apart: well clear of it
     assert bound(apart, "best", noise) == pytest.approx(math.sqrt(40.0 * 60.0))
     assert math.log(60.0 / 40.0) / 2.0 > SEPARATION_Z * noise
-    assert replay_noise(first, {k: None for k in first}) is None
+    assert replay_noise(first, {k: None for k in first}, "best") is None
 
 
 def test_the_units_where_the_slo_changes_the_winner_are_counted_per_world() -> None:
