@@ -12,7 +12,8 @@ acceptance counters calibrate the head, its step times and p99s fit the cost mod
 2. each candidate's expected improvement over the incumbent is E[max(0, V - incumbent)] times
    the chance it meets the SLO by the incumbent's standard (:meth:`Guide.incumbent`): at the
    rate to serve when a measured config serves it, else at some rate (the rate is out of reach
-   of every config measured: what is left to find is the most capacity, the fewest replicas);
+   of every config measured: what is left to find is a config that serves it, with the chance
+   the tail model gives, else the most capacity, the fewest replicas: :meth:`Candidate.relative`);
 3. its cost is predicted in GPU-hours (:meth:`Guide.cost`: a server start and the replay of a
    capacity reading that starts at the predicted capacity, :class:`CapacityHint`), and the
    candidate with the highest expected improvement per GPU-hour is read next, with that hint;
@@ -31,7 +32,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterable, Mapping, Sequence, Set
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from autotune.acceptance import HeadCalibration
 from autotune.cost import trial_cost
@@ -68,14 +69,29 @@ class GuideDecision:
 class Candidate:
     """An unmeasured config as the guide weighs it: its prediction, the chance it meets the
     SLO by the incumbent's standard, its expected improvement over the incumbent (objective
-    units), its predicted cost (GPU-hours; 1 when no trial recorded one) and the capacity
-    reading's hint."""
+    units), its predicted cost (GPU-hours; 1 when no trial recorded one), the capacity
+    reading's hint, and the chance it meets the SLO at the rate to serve (``reach``; the same
+    as ``chance`` when that is the incumbent's standard)."""
 
     prediction: Prediction
     chance: float
     gain: float
     cost: float
     hint: CapacityHint | None
+    reach: float = 0.0
+
+    def relative(self, incumbent: float | None, standard: Standard) -> float:
+        """The improvement it is expected to bring, relative to the incumbent's value: its
+        gain over the incumbent; before any config met the SLO at any rate, its chance (of
+        meeting it); when none serves the rate to serve, the chance it serves it (that turns
+        the answer from out of reach to served, as the recommendation ranks them) plus, if it
+        does not, its gain in capacity."""
+        if incumbent is None:
+            return self.chance
+        gain = self.gain / incumbent
+        if standard is Standard.AT_SOME_RATE:
+            return self.reach + (1.0 - self.reach) * gain
+        return gain
 
     @property
     def config(self) -> TrialConfig:
@@ -244,18 +260,25 @@ class Guide:
         if best is None and capacity:
             best, standard = self.best_value(Standard.AT_SOME_RATE), Standard.AT_SOME_RATE
         at = self.predictor.target if standard is Standard.AT_TARGET else MIN_SCALE
-        chances = [0.0 if self.predictor.too_long else c[min(c, key=lambda s: abs(s - at))]
-                   for c in curves]  # a request longer than max_model_len fails everywhere
-        gains = [chance * _expected_improvement(p, best or 0.0)
-                 for p, chance in zip(unmeasured, chances, strict=True)]
-        if capacity:  # the capacity of the likeliest picks, read finer (their cost and hint)
-            top = sorted(range(len(configs)), key=lambda k: -gains[k])[:_REFINED]
-            self._refine([configs[k] for k in top], [curves[k] for k in top])
+
+        def chance_at(curve: dict[float, float], rate: float) -> float:
+            # a request longer than max_model_len fails everywhere
+            return 0.0 if self.predictor.too_long else curve[min(curve,
+                                                                   key=lambda s: abs(s - rate))]
+
+        weighed = [Candidate(p, chance_at(c, at), chance_at(c, at) * _expected_improvement(
+                       p, best or 0.0), 1.0, None, chance_at(c, self.predictor.target))
+                   for p, c in zip(unmeasured, curves, strict=True)]
+        if not capacity:
+            return [replace(c, cost=self.cost(None)) for c in weighed], best, standard
+        # the capacity of the likeliest picks, read finer (their cost and hint)
+        top = sorted(range(len(configs)),
+                     key=lambda k: -weighed[k].relative(best, standard))[:_REFINED]
+        self._refine([configs[k] for k in top], [curves[k] for k in top])
         out = []
-        for p, chance, gain, curve in zip(unmeasured, chances, gains, curves, strict=True):
-            hint = capacity_hint(sorted(curve), [curve[s] for s in sorted(curve)]) \
-                if capacity else None
-            out.append(Candidate(p, chance, gain, self.cost(hint), hint))
+        for c, curve in zip(weighed, curves, strict=True):
+            hint = capacity_hint(sorted(curve), [curve[s] for s in sorted(curve)])
+            out.append(replace(c, cost=self.cost(hint), hint=hint))
         return out, best, standard
 
     # -- proposals --------------------------------------------------------------------------
@@ -275,8 +298,7 @@ class Guide:
         typical = sum(self.cost(c.hint) for c in weighed) / len(weighed)
 
         def worth(c: Candidate) -> float:
-            relative = c.gain / best if best is not None else c.chance
-            return relative * typical / c.cost
+            return c.relative(best, standard) * typical / c.cost
 
         choice = max(weighed, key=lambda c: (worth(c), c.prediction.value))
         gain = worth(choice)
@@ -299,8 +321,10 @@ class Guide:
             return ""
         likeliest = max((c.chance for c in weighed), default=0.0)
         if best is not None:
-            return (" (the rate to serve is out of reach of every config measured: the search "
-                    "looks for the most capacity)")
+            reach = max((c.reach for c in weighed), default=0.0)
+            return (f" (the rate to serve is out of reach of every config measured: the search "
+                    f"looks for a config that serves it, the likeliest of the {len(weighed)} "
+                    f"unmeasured with a {reach:.0%} chance, else for the most capacity)")
         measured = sum(1 for outs in self.readings.values() if any(o is not None for o in outs))
         return (f" (none of the {measured} configs measured meets the SLO at any rate tried "
                 f"and the likeliest of the {len(weighed)} unmeasured has a {likeliest:.0%} "

@@ -225,6 +225,24 @@ def test_a_rate_out_of_reach_searches_for_the_most_capacity() -> None:
     assert d.config == max(weighed.values(), key=lambda w: w.gain).config
 
 
+def test_while_no_config_serves_the_rate_the_chance_one_does_is_worth_a_reading() -> None:
+    # the baseline met the SLO at half the rate to serve with the most capacity any config is
+    # predicted to have: no capacity is left to gain, but a has a 60% chance to serve the rate
+    # (an infeasible answer made feasible), so it is read; b has none and is not
+    a, b = (TrialConfig(n, False, 64, 4096) for n in (1, 2))
+    fixed = FixedPredictor({a: (5.0, 5.5), b: (4.0, 4.4)}, {a: (0.6, 1.0), b: (0.0, 1.0)})
+    g = Guide(fixed, epsilon=0.005)  # type: ignore[arg-type]
+    g.observe(BASELINE, met_below_target(10.0))
+    weighed = {c.config: c for c in g.candidates(list(fixed.preds.values()))[0]}
+    assert weighed[a].gain < 1e-3 and weighed[a].reach == 0.6 and weighed[b].reach == 0.0
+    d = g.propose()
+    assert d.config == a and d.remaining_gain == pytest.approx(0.6, rel=0.01)
+    assert "looks for a config that serves it" in d.reason and "60% chance" in d.reason
+    g.observe(a, met_below_target(4.9))  # it did not: nothing left has a chance, none gains
+    d = g.propose()
+    assert d.config is None and "below epsilon" in d.reason
+
+
 def test_expected_improvement_is_weighed_by_the_predicted_cost_of_the_reading() -> None:
     # a's capacity is predicted to within 5%, b's within a factor of 3: b's capacity reading
     # takes more readings (a dearer trial), so b is read first only when its expected
