@@ -9,6 +9,7 @@ import math
 import pytest
 
 from autotune.cost import TrialCost
+from bench.regret import report
 from bench.regret.binding import (
     RULE,
     SEPARATION_Z,
@@ -25,7 +26,7 @@ from bench.regret.oracle import Table
 from bench.regret.reading import Reading
 from bench.regret.records import Detail, Json, RunRow
 from bench.regret.report import binding_lines, checks, result, summarize, tuned_on_lines
-from bench.regret.worlds import TUNED_ON, held_out_worlds
+from bench.regret.worlds import SPENT, TUNED_ON, held_out_worlds
 
 
 def reading(value: float, *, start_s: float = 600.0, replay_s: float = 1800.0, gpus: int = 8,
@@ -211,7 +212,8 @@ def test_the_units_where_the_slo_changes_the_winner_are_counted_per_world() -> N
     assert "binding_slo" not in plain and binding_lines(plain) == []
 
 
-def test_a_world_the_search_was_not_tuned_on_is_marked_scored_once() -> None:
+def test_a_world_the_search_was_not_tuned_on_is_marked_scored_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     unit = _unit([_row(0.0, 1.0, 0.0, 1.0, 0)], [_row(0.0, 1.0, 0.0, 1.0, 0)])
     tuned = TUNED_ON[0]
     res = result({tuned: [unit], "new-node/dspark": [unit.copy()]},
@@ -224,6 +226,11 @@ def test_a_world_the_search_was_not_tuned_on_is_marked_scored_once() -> None:
     res = result({held: [unit]}, ["chat"], {held: 1})
     assert res["worlds"][held].get("held_out") is True
     assert "held_out" not in result({tuned: [unit]}, ["chat"], {tuned: 1})["worlds"][tuned]
+    # it was scored once and then tuned on (SPENT): in-sample now, listed with the tuned-on
+    assert held in SPENT and res["worlds"][held]["tuned_on"] is True
+    assert tuned_on_lines([tuned, held])[1].endswith(": none")
+    # before it was spent, it was marked new to the search and held out
+    monkeypatch.setattr(report, "TUNED_ON", tuple(w for w in TUNED_ON if w not in SPENT))
     assert tuned_on_lines([tuned, held])[1].endswith(f": {held} (held out)")
 
 

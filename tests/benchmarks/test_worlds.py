@@ -5,14 +5,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.regret.worlds import HELD_OUT_DIR, TUNED_ON, held_out_worlds, sim_worlds, worlds
+from bench.regret.worlds import (
+    HELD_OUT_DIR,
+    SPENT,
+    TUNED_ON,
+    held_out_worlds,
+    sim_worlds,
+    worlds,
+)
 
 
 def test_a_held_out_world_is_registered_apart_from_the_worlds_tuned_on() -> None:
     held = held_out_worlds()
     assert held and all(w.held_out and w.digest for w in held)
     names = {w.name for w in held}
-    assert not names & set(TUNED_ON)
+    assert set(SPENT) <= names  # a spent one was a held-out world, and is now tuned on
+    assert not (names - set(SPENT)) & set(TUNED_ON) and set(SPENT) <= set(TUNED_ON)
     assert not names & {w.name for w in sim_worlds()}  # a default run never scores it
     assert names <= {w.name for w in worlds()}          # listed with every world
     for w in held:
