@@ -33,6 +33,7 @@ def run(*args: str | Path) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
+@pytest.mark.slow
 def test_start_once_recommends_and_exports_every_workload(
         tmp_path: Path, small_sample: Path, quick_policy: Path, db_url: str) -> None:
     exports = tmp_path / "exports"
