@@ -54,8 +54,9 @@ def infeasible_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path, 
                                        "search.strategy": "grid"})
     db = f"sqlite:///{tmp_path / 'a.db'}"
     exports = tmp_path / "exports"
+    # one sim replica, in this process: no local Ray to start (the Ray pool has its own tests)
     code, out, err = run("start", "--traffic", SMALL, "--policy", policy, "--db", db,
-                         "--once", "--export-dir", exports)
+                         "--once", "--replicas", "1", "--export-dir", exports)
     assert code == 0, err
     return db, exports, out, err
 
