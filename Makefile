@@ -53,10 +53,13 @@ typecheck: $(TEST_ENV)
 
 # Two workers (the CI machine's cores), a test file per worker at a time: most tests wait on
 # servers and subprocesses, so two files side by side take about half the time of one after the
-# other; a file's module-scoped fixtures (a shared vLLM server) stay on one worker.
+# other; a file's module-scoped fixtures (a shared vLLM server) stay on one worker. Files are
+# handed out in the order tests/conftest.py gives them, the slowest first
+# (--no-loadscope-reorder: xdist would put the files with most tests first, and leave the
+# one-test files of real vLLM servers, minutes each, to one worker at the end).
 PYTEST_WORKERS ?= 2
 pytest: $(TEST_ENV)
-	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=25
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
 
 test: lint typecheck pytest
 

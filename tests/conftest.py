@@ -1,4 +1,5 @@
-"""Shared fixtures: paths of the repo, its examples and the shared data, and temporary DBs."""
+"""Shared fixtures: paths of the repo, its examples and the shared data, and temporary DBs;
+and the order test files run in (the slowest first)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,32 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
+
+
+#: Where a file's tests put it in the run order: files with a test that starts a real vLLM
+#: server first, then those with a slow one (``slow``: more than a few seconds; ``ray``: a
+#: local Ray cluster), then the rest.
+_FIRST_MARKERS = (("vllm",), ("slow", "ray"))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the slowest files first, each group in collection order. `make pytest` hands whole
+    files to two workers in this order (``--dist loadfile --no-loadscope-reorder``): the
+    longest start first and the many short ones even out the end. xdist's own order (the
+    files with most tests first) left the one-test files of real servers, minutes each, for
+    last, where one worker ran them while the other had nothing left."""
+    def rank(item: pytest.Item) -> int:
+        for i, names in enumerate(_FIRST_MARKERS):
+            if any(item.get_closest_marker(n) is not None for n in names):
+                return i
+        return len(_FIRST_MARKERS)
+
+    first: dict[str, int] = {}
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        first[path] = min(first.get(path, len(_FIRST_MARKERS)), rank(item))
+    order = {id(item): i for i, item in enumerate(items)}
+    items.sort(key=lambda item: (first[item.nodeid.split("::", 1)[0]], order[id(item)]))
 
 
 def shared_data() -> Path:

@@ -20,7 +20,7 @@ from autotune.types import SPECULATIVE_CONFIG_KEYS
 def quick_policy(tmp_path: Path) -> Path:
     """The default policy with a small budget and short replays, so the test stays fast."""
     data = yaml.safe_load(DEFAULT_POLICY_PATH.read_text())
-    data["budget"]["trials"] = 3
+    data["budget"]["trials"] = 2
     data["replay"]["max_requests"] = 40
     data["replay"]["warmup_requests"] = 4
     path = tmp_path / "quick.yaml"
@@ -33,6 +33,7 @@ def run(*args: str | Path) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
+@pytest.mark.slow
 def test_start_once_recommends_and_exports_every_workload(
         tmp_path: Path, small_sample: Path, quick_policy: Path, db_url: str) -> None:
     exports = tmp_path / "exports"
@@ -70,7 +71,7 @@ def test_start_once_recommends_and_exports_every_workload(
                             "finished_at"}
     code, out, _ = run("trials", "--db", db_url, "--run", run_row["run"], "--format", "json")
     trials = json.loads(out)
-    assert len(trials) == 3 * len(workloads)
+    assert len(trials) == 2 * len(workloads)
     assert all(t["state"] == "complete" and t["metrics"]["requests"] > 0 for t in trials)
     assert sum(t["baseline"] for t in trials) == len(workloads)
 

@@ -48,11 +48,15 @@ def infeasible_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path, 
     """A pass whose SLO no config can meet (a 5 ms p99 TTFT: prefill alone takes longer),
     shared by the tests that read it."""
     tmp_path = tmp_path_factory.mktemp("infeasible")
-    policy = write_policy(tmp_path, **{"objective.slo.ttft_p99_ms": 5})
+    # what the pass says and stores is judged, not the search: the grid proposes without
+    # fitting a predictor
+    policy = write_policy(tmp_path, **{"objective.slo.ttft_p99_ms": 5,
+                                       "search.strategy": "grid"})
     db = f"sqlite:///{tmp_path / 'a.db'}"
     exports = tmp_path / "exports"
+    # one sim replica, in this process: no local Ray to start (the Ray pool has its own tests)
     code, out, err = run("start", "--traffic", SMALL, "--policy", policy, "--db", db,
-                         "--once", "--export-dir", exports)
+                         "--once", "--replicas", "1", "--export-dir", exports)
     assert code == 0, err
     return db, exports, out, err
 

@@ -11,15 +11,18 @@ providing a ``backend`` fixture (anything implementing ``autotune.backends.Backe
             return create_backend("mine", serve, {...}, seed=0)
 
 A backend slow to start (a real server) can shrink the schedule through the class attributes
-(``n_requests``, ``warmup``, ``output_lengths``, ``concurrency``). Every check is a separate
-test, so a failure names the contract it breaks. The checks use only the public protocol
-(start → replay → stop, describe) and the Measurement contract of ``autotune.types``.
+(``n_requests``, ``warmup``, ``output_lengths``, ``concurrency``), and share its started
+replicas between checks by overriding the ``started`` and ``unspeculative`` fixtures at a wider
+scope. Every check is a separate test, so a failure names the contract it breaks. The checks
+use only the public protocol (start → replay → stop, describe) and the Measurement contract of
+``autotune.types``.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
@@ -29,7 +32,7 @@ from autotune.backends import Backend, Replica
 from autotune.errors import BackendError
 from autotune.types import Measurement, ReplaySchedule, Request, TrialConfig
 
-__all__ = ["BackendConformance", "make_requests"]
+__all__ = ["BackendConformance", "StoppedReplica", "make_requests"]
 
 
 def make_requests(count: int, output_lengths: tuple[int, ...], prompt_tokens: int = 24,
@@ -52,6 +55,24 @@ def make_requests(count: int, output_lengths: tuple[int, ...], prompt_tokens: in
             acceptance=pred if i % 3 and pred else None,
         ))
     return out
+
+
+@dataclass(frozen=True)
+class StoppedReplica:
+    """A replica of the config without speculation (window 0): its replay's measurement, then
+    what it did once stopped: the error of a second stop and of a replay (None: none raised)."""
+
+    measurement: Measurement
+    second_stop: Exception | None
+    replay_once_stopped: Exception | None
+
+
+def _raised(call: Callable[[], object]) -> Exception | None:
+    try:
+        call()
+    except Exception as e:  # the check that reads it says what was expected
+        return e
+    return None
 
 
 class BackendConformance:
@@ -95,6 +116,23 @@ class BackendConformance:
         finally:
             replica.stop()
 
+    def run_unspeculative(self, backend: Backend) -> StoppedReplica:
+        """Start the config without speculation, replay it and stop it; then stop it again and
+        ask it to replay (what the stop check and the no-speculation check read)."""
+        replica = backend.start(self.config(window=0))
+        try:
+            m = replica.replay(self.schedule())
+        finally:
+            replica.stop()
+        return StoppedReplica(m, _raised(replica.stop),
+                              _raised(lambda: replica.replay(self.schedule())))
+
+    @pytest.fixture
+    def unspeculative(self, backend: Backend) -> StoppedReplica:
+        """:meth:`run_unspeculative` on ``backend`` (a subclass whose start is dear may run it
+        once for both checks that read it, at class scope)."""
+        return self.run_unspeculative(backend)
+
     def measured_outputs(self) -> list[int]:
         return sorted(r.output_tokens for r in self.requests()[self.warmup:])
 
@@ -117,12 +155,12 @@ class BackendConformance:
         assert np.isfinite(started.start_s) and started.start_s >= 0
         assert isinstance(started.start_source, str) and started.start_source
 
-    def test_stop_is_idempotent_and_final(self, backend: Backend) -> None:
-        replica = backend.start(self.config())
-        replica.stop()
-        replica.stop()  # a second stop is a no-op, not an error
-        with pytest.raises(BackendError, match="stopped"):
-            replica.replay(self.schedule())
+    def test_stop_is_idempotent_and_final(self, unspeculative: StoppedReplica) -> None:
+        # a second stop is a no-op, not an error
+        assert unspeculative.second_stop is None, repr(unspeculative.second_stop)
+        # and a stopped replica replays no more
+        error = unspeculative.replay_once_stopped
+        assert isinstance(error, BackendError) and "stopped" in str(error), repr(error)
 
     # -- the measurement ---------------------------------------------------------------------
     def test_measurement_shape(self, started: Replica) -> None:
@@ -185,12 +223,8 @@ class BackendConformance:
         assert per_pos[0] <= acc.drafts
         assert all(0.0 <= r <= 1.0 for r in acc.per_position)
 
-    def test_no_speculation_has_no_acceptance(self, backend: Backend) -> None:
-        replica = backend.start(self.config(window=0))
-        try:
-            m = replica.replay(self.schedule())
-        finally:
-            replica.stop()
+    def test_no_speculation_has_no_acceptance(self, unspeculative: StoppedReplica) -> None:
+        m = unspeculative.measurement
         assert m.requests == self.n_requests - self.warmup
         acc = m.acceptance
         if acc is not None:

@@ -14,7 +14,9 @@ import uuid
 from pathlib import Path
 
 import pytest
+import yaml
 
+from autotune.policy import DEFAULT_POLICY_PATH
 from autotune.store import Store
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -92,9 +94,15 @@ def test_once_with_two_replicas_leaves_no_ray_process(small_sample: Path, tmp_pa
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env[_MARK] = token
     db = f"sqlite:///{tmp_path / 'autotune.db'}"
+    # the default policy searching with the grid: Ray's processes are judged, not the search
+    # (the grid proposes without fitting a predictor)
+    policy = tmp_path / "policy.yaml"
+    data = yaml.safe_load(DEFAULT_POLICY_PATH.read_text())
+    data["search"] = {"strategy": "grid"}
+    policy.write_text(yaml.safe_dump(data))
     argv = [sys.executable, "-m", "autotune.cli", "start", "--traffic", str(small_sample),
-            "--once", "--replicas", "2", "--budget-trials", "2", "--db", db,
-            "--export-dir", str(tmp_path / "exports")]
+            "--once", "--policy", str(policy), "--replicas", "2", "--budget-trials", "2",
+            "--db", db, "--export-dir", str(tmp_path / "exports")]
     seen: set[str] = set()
     listening: dict[str, set[str]] = {}
     log = tmp_path / "stderr.log"

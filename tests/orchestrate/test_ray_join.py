@@ -120,9 +120,12 @@ def _released(two: TwoNodes, pool: str) -> dict[str, Any]:
 
 
 def _policy_reserving_gpus(tmp_path: Path) -> Path:
-    """The default policy with ``sim.reserve_gpus: true``: sim replicas of 8 GPUs each."""
+    """The default policy with ``sim.reserve_gpus: true``: sim replicas of 8 GPUs each. It
+    searches with the grid: the placement is judged, not the search (the grid proposes
+    without fitting a predictor)."""
     data = yaml.safe_load(DEFAULT_POLICY_PATH.read_text())
     data.setdefault("sim", {})["reserve_gpus"] = True
+    data["search"] = {"strategy": "grid"}
     path = tmp_path / "policy.yaml"
     path.write_text(yaml.safe_dump(data))
     return path

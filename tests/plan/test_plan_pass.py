@@ -111,6 +111,7 @@ def test_a_policy_peak_window_longer_than_the_sample_stops_start_before_writing(
     assert not (tmp_path / "ex").exists()
 
 
+@pytest.mark.slow
 def test_a_pass_the_budget_ended_says_why_split_or_shared_was_not_measured(
         tmp_path: Path) -> None:
     # 3 GPU-hours are spent by the three baselines (a server start of 8 GPUs is 1.07 GPU-h):
@@ -131,6 +132,7 @@ def test_a_pass_the_budget_ended_says_why_split_or_shared_was_not_measured(
     assert code == 0 and "split or shared: not measured: the mixed sample was not read" in out
 
 
+@pytest.mark.slow
 def test_the_searches_leave_room_in_the_budget_for_the_mixed_readings(tmp_path: Path) -> None:
     # 10 GPU-hours: the searches (6 trials each) would spend it all; they stop where the mixed
     # sample's readings, one per workload's best config, still fit, and those are read

@@ -40,8 +40,9 @@ def bursty(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     policy = tmp / "bursty.yaml"
     policy.write_text(yaml.safe_dump(data))
     db = f"sqlite:///{tmp / 'autotune.db'}"
+    # one sim replica, in this process: no local Ray to start (the plan is judged, not the pool)
     code, _, err = run("start", "--traffic", sample, "--policy", policy, "--db", db, "--once",
-                       "--export-dir", tmp / "exports")
+                       "--replicas", "1", "--export-dir", tmp / "exports")
     assert code == 0, err
     store = Store.open(db)
     try:

@@ -25,8 +25,10 @@ def test_a_sim_pass_says_outputs_not_checked(tmp_path: Path, small_sample: Path)
     policy.write_text(yaml.safe_dump(data))
     db = f"sqlite:///{tmp_path / 'a.db'}"
     runner = CliRunner()
+    # one sim replica, in this process: no local Ray to start (the Ray pool has its own tests)
     res = runner.invoke(cli, ["start", "--traffic", str(small_sample), "--policy", str(policy),
-                              "--db", db, "--once", "--export-dir", str(tmp_path / "x")])
+                              "--db", db, "--once", "--replicas", "1",
+                              "--export-dir", str(tmp_path / "x")])
     assert res.exit_code == 0, res.stderr
     assert "outputs not checked: the sim backend decodes no tokens" in " ".join(res.stdout.split())
     trials = json.loads(runner.invoke(cli, ["trials", "--db", db, "--format", "json"]).stdout)

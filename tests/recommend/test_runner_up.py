@@ -152,8 +152,10 @@ def test_the_cli_says_a_close_race_in_the_pass_and_the_listing(
     policy.write_text(yaml.safe_dump(data))
     db = f"sqlite:///{tmp_path / 'a.db'}"
     runner = CliRunner()
+    # one sim replica, in this process: no local Ray to start (the Ray pool has its own tests)
     res = runner.invoke(cli, ["start", "--traffic", str(small_sample), "--policy", str(policy),
-                              "--db", db, "--once", "--export-dir", str(tmp_path / "x")])
+                              "--db", db, "--once", "--replicas", "1",
+                              "--export-dir", str(tmp_path / "x")])
     assert res.exit_code == 0, res.stderr
     assert "a close race: it leads the runner-up" in res.stdout
     listed = runner.invoke(cli, ["recommendations", "--db", db])

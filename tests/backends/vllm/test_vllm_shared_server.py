@@ -4,14 +4,16 @@ One server (target plus a draft with the same weights, K=3) is shared by this mo
 that only replay (a start costs 20-50 s here): a draft with the target's own weights must be
 accepted at every position; attach mode measures that same running server without restarting
 it; and the backend conformance suite runs its start and replay checks on it (its stop check and
-a server without speculation start their own). A draft with other random weights, on its own
-server, is almost never accepted. The shared server stops when this module ends.
+its no-speculation check read one server without speculation of their own). A draft with other
+random weights, on its own server, is almost never accepted. The shared server stops when this
+module ends.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -147,3 +149,9 @@ class TestVllmConformance(conformance().BackendConformance):  # type: ignore[mis
     def started(self, identical_replica: VllmReplica) -> Replica:
         assert identical_replica.config == self.config()
         return identical_replica
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def unspeculative(cls, identical_backend: VllmBackend) -> Any:
+        """One server without speculation, replayed and stopped, for both checks reading it."""
+        return cls().run_unspeculative(identical_backend)
