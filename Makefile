@@ -56,7 +56,9 @@ typecheck: $(TEST_ENV)
 # other; a file's module-scoped fixtures (a shared vLLM server) stay on one worker. Files are
 # handed out in the order tests/conftest.py gives them, the slowest first
 # (--no-loadscope-reorder: xdist would put the files with most tests first, and leave the
-# one-test files of real vLLM servers, minutes each, to one worker at the end).
+# one-test files of real vLLM servers, minutes each, to one worker at the end), and the files
+# of tests/backends/vllm run one after the other on one worker (tests/conftest.py: two vLLM
+# servers side by side oversubscribe the cores).
 PYTEST_WORKERS ?= 2
 pytest: $(TEST_ENV)
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
