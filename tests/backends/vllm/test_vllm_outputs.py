@@ -2,9 +2,11 @@
 in every trial and compares the tokens with the baseline's.
 
 The CI spec pair whose one-layer draft nearly always agrees with its target (bench/engine/
-pairs.py, ``ci-eps002``) is served with ``draft_model`` speculation. One pass, three server
-starts: a baseline without speculation serving one sequence at a time, and windows 2 and 3
-batching four. The test-only backend option ``unfaithful_windows: [3]`` makes the window-3
+pairs.py, ``ci-eps002``) is served with ``draft_model`` speculation. One pass, three configs:
+a baseline without speculation serving one sequence at a time, and windows 2 and 3 batching
+four. The budget has a fourth trial, so that every config is read whatever the replays say: the
+searcher spends the budget's last trial reading its leader again when one reading of it cannot
+decide (autotune/search/searcher.py), and which leader that is depends on the machine's load. The test-only backend option ``unfaithful_windows: [3]`` makes the window-3
 server *sample* (temperature 1) in the output check where it should decode greedily. Each
 trial pays its own server's measured start and its replay's replica time (its stored cost).
 
@@ -63,7 +65,7 @@ def _policy(pair: Any) -> dict[str, Any]:
                      "max_num_seqs": 1, "max_num_batched_tokens": 512},
         "objective": {"maximize": "output_tokens_per_s",
                       "slo": {"ttft_p99_ms": 600_000, "itl_p99_ms": 600_000}},
-        "budget": {"trials": 3, "wall_clock": "30m", "max_retries": 0},
+        "budget": {"trials": 4, "wall_clock": "30m", "max_retries": 0},
         "search": {"strategy": "grid"},
         "replay": {"mode": "closed", "concurrency": 4, "max_requests": PROMPTS,
                    "warmup_requests": 1},
@@ -88,13 +90,21 @@ def _pass(tmp_path: Path, db: str, pair: Any) -> Any:
         store.close()
 
 
-def _trials(db: str, run_id: str) -> dict[int, Any]:
+def _trials(db: str, run_id: str) -> list[dict[str, Any]]:
     res = CliRunner().invoke(cli, ["trials", "--db", db, "--run", run_id, "--format", "json"])
     assert res.exit_code == 0, res.output
-    return {t["params"]["num_speculative_tokens"]: t for t in json.loads(res.stdout)}
+    return list(json.loads(res.stdout))
 
 
-# Three server starts: about 1.5 minutes on an idle 2-core machine, far more on a loaded one.
+def _first_readings(trials: list[dict[str, Any]]) -> dict[int, Any]:
+    """Each window's first reading (a leader read again is a later trial of the same config)."""
+    first: dict[int, Any] = {}
+    for t in sorted(trials, key=lambda t: t["number"]):
+        first.setdefault(t["params"]["num_speculative_tokens"], t)
+    return first
+
+
+# Three or four server starts: about 1.5 minutes on an idle 2-core machine, far more on a loaded one.
 @pytest.mark.timeout(1800)
 def test_spec_outputs_match_the_baseline_and_a_sampling_server_is_caught(
         pair: Any, tmp_path: Path) -> None:
@@ -102,15 +112,21 @@ def test_spec_outputs_match_the_baseline_and_a_sampling_server_is_caught(
     runner = CliRunner()
     result = _pass(tmp_path, db, pair)
     assert result.run_id is not None
-    trials = _trials(db, result.run_id)
+    every = _trials(db, result.run_id)
+    trials = _first_readings(every)
     assert set(trials) == {0, FAITHFUL, SAMPLING}
-    assert all(t["state"] == "complete" for t in trials.values())
-    for t in trials.values():
-        # three configs, three servers: each trial paid its measured start (process launch to
-        # healthy) and its replay's replica time; a replica of 0 GPUs costs 0 GPU-hours
+    assert all(t["state"] == "complete" for t in every)
+    assert [t["metrics"].get("role") for t in every if t not in trials.values()] in (
+        [], ["repeat"])  # the budget's last trial, if it read the leader again
+    for t in every:
+        # each config's first trial paid its measured start (process launch to healthy); a
+        # leader read again paid one too, or none on its still-running server; each paid its
+        # replay's replica time; a replica of 0 GPUs costs 0 GPU-hours
         m = t["metrics"]
         assert m["requests"] == PROMPTS - 1 and m["failed_requests"] == 0
-        assert m["cost_start_s"] > 0 and m["cost_start_source"].startswith("measured")
+        measured = m["cost_start_s"] > 0 and m["cost_start_source"].startswith("measured")
+        reused = m["cost_start_s"] == 0 and m["cost_start_source"].startswith("reused")
+        assert measured if t in trials.values() else measured or reused, m
         assert m["cost_replay_s"] >= m["duration_s"] > 0
         assert m["cost_replica_h"] * 3600 == pytest.approx(m["cost_start_s"] + m["cost_replay_s"])
         assert m["cost_gpu_h"] == 0.0
@@ -153,7 +169,12 @@ def test_spec_outputs_match_the_baseline_and_a_sampling_server_is_caught(
 
     (w,) = result.workloads
     number = trials[SAMPLING]["number"]
-    assert len(w.flagged) == 1 and w.flagged[0].startswith(f"#{number} n={SAMPLING} seqs=4")
+    # the sampling config's readings are flagged (two when it was the leader read again), the
+    # faithful one's never
+    sampling = sorted(t["number"] for t in every
+                      if t["params"]["num_speculative_tokens"] == SAMPLING)
+    assert [f.split(" ")[:2] for f in w.flagged] == [[f"#{n}", f"n={SAMPLING}"]
+                                                     for n in sampling], w.flagged
     notes = pass_notes(result.workloads)  # what the pass prints under its table
     assert any(n.startswith(f"math: outputs FLAGGED, trial #{number} n={SAMPLING}")
                for n in notes), notes
