@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterable, Mapping, Sequence, Set
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from autotune.acceptance import HeadCalibration
 from autotune.cost import trial_cost
@@ -47,7 +47,7 @@ from autotune.slo import MAX_SCALE, MIN_SCALE, predicted_readings
 from autotune.types import CapacityHint, Measurement, Request, TrialConfig
 
 __all__ = ["Candidate", "Guide", "GuideDecision", "GuidedStrategy", "create_guided",
-           "make_guide", "policy_facts"]
+           "make_guide", "objective_at_capacity", "policy_facts"]
 
 log = logging.getLogger(__name__)
 
@@ -98,27 +98,70 @@ class Candidate:
         return self.prediction.config
 
 
-def _expected_improvement(p: Prediction, incumbent: float) -> float:
+#: The one-sided 95% point of a normal: the optimistic end of a prediction.
+_Z95 = 1.645
+
+
+def _revealed_sd(log_sd: float) -> float:
+    """The sd (log) of what one reading with noise :data:`~autotune.predict.residual.GP_NOISE`
+    lets the search believe of a quantity predicted with ``log_sd``: s^2 / sqrt(s^2 + noise^2)
+    (the one-step knowledge gradient), never wider than the prediction."""
+    prior = max(log_sd, 1e-6)
+    return max(prior * prior / math.hypot(prior, GP_NOISE), 1e-6)
+
+
+def _expected_improvement(p: Prediction, incumbent: float,
+                          capacity: tuple[float, float] | None = None) -> float:
     """E[max(0, V' - incumbent)] where V' is what one reading of the config will let the search
     believe of it: the posterior median of its value once a reading with noise
     :data:`~autotune.predict.residual.GP_NOISE` (log sd) is in. A reading reveals the config's
     value only up to its noise, and the recommendation is made from readings, so an
     improvement smaller than the noise is found only as often as a reading ranks it: V' is
-    lognormal with the prediction's median and sd s^2 / sqrt(s^2 + noise^2) (the one-step
-    knowledge gradient), never wider than the prediction."""
+    lognormal with the prediction's median and sd :func:`_revealed_sd`.
+
+    With ``capacity`` (the log mean and sd of the objective at the capacity the tail model
+    gives): a capacity reading credits the fastest rate at which the replica both keeps up and
+    meets the SLO's p99s. The predictor's objective is the first (the throughput its replica
+    model sustains), the tail model's capacity the second; where the p99s bind below the
+    throughput (a prefill chunk's stall, a queue's wait), the objective at capacity is that
+    rate's. V' is then the smaller of the two, taken as independent: E = the integral over
+    t > incumbent of P(V1' > t) P(V2' > t) — never more than either alone gives."""
     from scipy.stats import norm
 
-    prior = max(p.log_sd, 1e-6)
-    mu, sd = p.log_mean, max(prior * prior / math.hypot(prior, GP_NOISE), 1e-6)
-    if incumbent <= 0:
-        return math.exp(mu + sd * sd / 2.0)
-    d = (mu - math.log(incumbent)) / sd
-    gain = math.exp(mu + sd * sd / 2.0) * float(norm.cdf(d + sd)) - incumbent * float(norm.cdf(d))
-    return max(gain, 0.0)
+    mu, sd = p.log_mean, _revealed_sd(p.log_sd)
+    if capacity is None:
+        if incumbent <= 0:
+            return math.exp(mu + sd * sd / 2.0)
+        d = (mu - math.log(incumbent)) / sd
+        gain = (math.exp(mu + sd * sd / 2.0) * float(norm.cdf(d + sd))
+                - incumbent * float(norm.cdf(d)))
+        return max(gain, 0.0)
+    import numpy as np
+    from scipy.integrate import trapezoid
+
+    mu2, sd2 = capacity[0], _revealed_sd(capacity[1])
+    lo = (math.log(incumbent) if incumbent > 0
+          else min(mu - _SPAN * sd, mu2 - _SPAN * sd2))
+    hi = min(mu + _SPAN * sd, mu2 + _SPAN * sd2)  # above it, one of the two is surely less
+    if hi <= lo:
+        return 0.0
+    u = np.linspace(lo, hi, _POINTS)
+    above = norm.sf((u - mu) / sd) * norm.sf((u - mu2) / sd2)
+    gain = float(trapezoid(above * np.exp(u), u))
+    # without an incumbent, E[V'] = the integral from 0: below lo both exceed t almost surely
+    return gain + (math.exp(lo) if incumbent <= 0 else 0.0)
 
 
-#: The one-sided 95% point of a normal: the optimistic end of a prediction.
-_Z95 = 1.645
+#: How many sds either side of a median :func:`_expected_improvement` integrates over, and at
+#: how many points.
+_SPAN, _POINTS = 8.0, 400
+
+
+def objective_at_capacity(hint: CapacityHint, per_scale: float) -> tuple[float, float]:
+    """The log mean and sd of the objective at the capacity ``hint`` gives, at ``per_scale``
+    objective per unit of arrival scale (what the capacity readings measured)."""
+    return math.log(per_scale * hint.scale), hint.log_sd
+
 
 #: The rates (× the rate to serve) the tail model is asked about: the capacity reading's range
 #: in steps of 4x; then :data:`_FINE` more inside the step where the chance crosses 1/2, so the
@@ -266,20 +309,40 @@ class Guide:
             return 0.0 if self.predictor.too_long else curve[min(curve,
                                                                    key=lambda s: abs(s - rate))]
 
-        weighed = [Candidate(p, chance_at(c, at), chance_at(c, at) * _expected_improvement(
-                       p, best or 0.0), 1.0, None, chance_at(c, self.predictor.target))
-                   for p, c in zip(unmeasured, curves, strict=True)]
+        per_scale = self._per_scale() if capacity else None
+
+        def weigh(p: Prediction, curve: dict[float, float]) -> Candidate:
+            hint = (capacity_hint(sorted(curve), [curve[s] for s in sorted(curve)])
+                    if capacity else None)
+            cap = (objective_at_capacity(hint, per_scale)
+                   if hint is not None and per_scale is not None and hint.scale > 0 else None)
+            chance = chance_at(curve, at)
+            return Candidate(p, chance, chance * _expected_improvement(p, best or 0.0, cap),
+                             self.cost(hint), hint, chance_at(curve, self.predictor.target))
+
+        weighed = [weigh(p, c) for p, c in zip(unmeasured, curves, strict=True)]
         if not capacity:
-            return [replace(c, cost=self.cost(None)) for c in weighed], best, standard
-        # the capacity of the likeliest picks, read finer (their cost and hint)
+            return weighed, best, standard
+        # the capacity of the likeliest picks, read finer (their cost, hint and value)
         top = sorted(range(len(configs)),
                      key=lambda k: -weighed[k].relative(best, standard))[:_REFINED]
         self._refine([configs[k] for k in top], [curves[k] for k in top])
-        out = []
-        for c, curve in zip(weighed, curves, strict=True):
-            hint = capacity_hint(sorted(curve), [curve[s] for s in sorted(curve)])
-            out.append(replace(c, cost=self.cost(hint), hint=hint))
-        return out, best, standard
+        for k in top:
+            weighed[k] = weigh(unmeasured[k], curves[k])
+        return weighed, best, standard
+
+    def _per_scale(self) -> float | None:
+        """The objective per unit of arrival scale the capacity readings measured (the median
+        over the readings that met the SLO at some rate: value / ``load_scale``), or None."""
+        ratios = sorted(o.value / float(o.summary["load_scale"])
+                        for outs in self.readings.values() for o in outs
+                        if o is not None and o.value > 0 and met_at_some_rate(o)
+                        and isinstance(o.summary.get("load_scale"), int | float)
+                        and float(o.summary["load_scale"]) > 0)
+        if not ratios:
+            return None
+        mid = len(ratios) // 2
+        return ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2.0
 
     # -- proposals --------------------------------------------------------------------------
     def propose(self, exclude: Iterable[TrialConfig] = ()) -> GuideDecision:

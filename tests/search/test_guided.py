@@ -486,3 +486,32 @@ def test_a_reading_as_noisy_as_every_reading_is_not_a_surprise() -> None:
     strategy._expected[a] = narrow
     assert strategy.surprise(a, Outcome(10.3, {})) is None      # 1.5 sd of one reading's noise
     assert strategy.surprise(a, Outcome(11.0, {})) is not None  # 4.8 sd
+
+
+def test_a_capacity_the_tail_puts_below_the_throughput_holds_the_improvement_down() -> None:
+    """A capacity reading credits the fastest rate where the replica keeps up *and* meets the
+    p99s: what a reading will show is the smaller of the predictor's objective (throughput) and
+    the tail model's capacity x the objective per unit of rate."""
+    import numpy as np
+
+    from autotune.search.guided import _expected_improvement, _revealed_sd
+
+    p = Prediction(BASELINE, 9.0, 0.0, 0.0, math.log(9.0), 0.2, 0.0)
+    alone = _expected_improvement(p, 5.0)
+    # the p99s bind at a rate worth 2.7 (a prefill chunk's stall): nothing over 5.0 to find
+    assert _expected_improvement(p, 5.0, (math.log(2.7), 0.05)) < 1e-6 < alone
+    # they bind far above the throughput: the throughput's improvement
+    assert _expected_improvement(p, 5.0, (math.log(60.0), 0.1)) == pytest.approx(alone,
+                                                                                rel=1e-3)
+    # a capacity known to a factor of 50 never adds to the upside
+    assert _expected_improvement(p, 8.0, (math.log(64.0), 3.9)) <= _expected_improvement(p, 8.0)
+    # near each other: E[max(0, min(V1, V2) - incumbent)], as a sample of the two says
+    rng = np.random.default_rng(0)
+    v1 = rng.normal(math.log(9.0), _revealed_sd(0.2), 400_000)
+    v2 = rng.normal(math.log(10.0), _revealed_sd(0.3), 400_000)
+    sampled = float(np.maximum(np.exp(np.minimum(v1, v2)) - 8.5, 0.0).mean())
+    assert _expected_improvement(p, 8.5, (math.log(10.0), 0.3)) == pytest.approx(sampled,
+                                                                                  rel=0.02)
+    # with no incumbent, the mean of the smaller
+    mean = float(np.exp(np.minimum(v1, v2)).mean())
+    assert _expected_improvement(p, 0.0, (math.log(10.0), 0.3)) == pytest.approx(mean, rel=0.01)
