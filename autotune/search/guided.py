@@ -70,8 +70,9 @@ class Candidate:
     """An unmeasured config as the guide weighs it: its prediction, the chance it meets the
     SLO by the incumbent's standard, its expected improvement over the incumbent (objective
     units), its predicted cost (GPU-hours; 1 when no trial recorded one), the capacity
-    reading's hint, and the chance it meets the SLO at the rate to serve (``reach``; the same
-    as ``chance`` when that is the incumbent's standard)."""
+    reading's hint, and the chance it serves the rate to serve (``reach``: the tail model's
+    chance that the p99s are met there and, once readings say what a unit of rate is worth,
+    the predictor's that its throughput keeps up with it)."""
 
     prediction: Prediction
     chance: float
@@ -310,15 +311,23 @@ class Guide:
                                                                    key=lambda s: abs(s - rate))]
 
         per_scale = self._per_scale() if capacity else None
+        from scipy.stats import norm
 
         def weigh(p: Prediction, curve: dict[float, float]) -> Candidate:
             hint = (capacity_hint(sorted(curve), [curve[s] for s in sorted(curve)])
                     if capacity else None)
-            cap = (objective_at_capacity(hint, per_scale)
-                   if hint is not None and per_scale is not None and hint.scale > 0 else None)
-            chance = chance_at(curve, at)
-            return Candidate(p, chance, chance * _expected_improvement(p, best or 0.0, cap),
-                             self.cost(hint), hint, chance_at(curve, self.predictor.target))
+            chance, target = chance_at(curve, at), self.predictor.target
+            if hint is None or per_scale is None or not hint.scale > 0:
+                return Candidate(p, chance, chance * _expected_improvement(p, best or 0.0),
+                                 self.cost(hint), hint, chance_at(curve, target))
+            # the capacity the tail gives reaches the incumbent's only where the p99s are met
+            # there: its chance is inside the improvement of the smaller of the two
+            gain = _expected_improvement(p, best or 0.0, objective_at_capacity(hint, per_scale))
+            # serving the rate takes both: the p99s met there and the throughput to keep up
+            keeps_up = float(norm.cdf((p.log_mean - math.log(per_scale * target))
+                                      / max(p.log_sd, 1e-6)))
+            return Candidate(p, chance, gain, self.cost(hint), hint,
+                             chance_at(curve, target) * keeps_up)
 
         weighed = [weigh(p, c) for p, c in zip(unmeasured, curves, strict=True)]
         if not capacity:
