@@ -13,7 +13,10 @@ acceptance counters calibrate the head, its step times and p99s fit the cost mod
    the chance it meets the SLO by the incumbent's standard (:meth:`Guide.incumbent`): at the
    rate to serve when a measured config serves it, else at some rate (the rate is out of reach
    of every config measured: what is left to find is a config that serves it, with the chance
-   the tail model gives, else the most capacity, the fewest replicas: :meth:`Candidate.relative`);
+   that its p99s are met there and its throughput keeps up, else the most capacity, the fewest
+   replicas: :meth:`Candidate.relative`). With a capacity reading, V is the smaller of the
+   predictor's objective and the objective at the tail model's capacity, and the chance lies
+   inside it (:func:`_expected_improvement`);
 3. its cost is predicted in GPU-hours (:meth:`Guide.cost`: a server start and the replay of a
    capacity reading that starts at the predicted capacity, :class:`CapacityHint`), and the
    candidate with the highest expected improvement per GPU-hour is read next, with that hint;
