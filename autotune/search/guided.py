@@ -13,8 +13,8 @@ acceptance counters calibrate the head, its step times and p99s fit the cost mod
    the chance it meets the SLO by the incumbent's standard (:meth:`Guide.incumbent`): at the
    rate to serve when a measured config serves it, else at some rate (the rate is out of reach
    of every config measured: what is left to find is a config that serves it, with the chance
-   that its p99s are met there and its throughput keeps up, else the most capacity, the fewest
-   replicas: :meth:`Candidate.relative`). With a capacity reading, V is the smaller of the
+   the tail model gives, else the most capacity, the fewest replicas:
+   :meth:`Candidate.relative`). With a capacity reading, V is the smaller of the
    predictor's objective and the objective at the tail model's capacity, and the chance lies
    inside it (:func:`_expected_improvement`);
 3. its cost is predicted in GPU-hours (:meth:`Guide.cost`: a server start and the replay of a
@@ -73,9 +73,8 @@ class Candidate:
     """An unmeasured config as the guide weighs it: its prediction, the chance it meets the
     SLO by the incumbent's standard, its expected improvement over the incumbent (objective
     units), its predicted cost (GPU-hours; 1 when no trial recorded one), the capacity
-    reading's hint, and the chance it serves the rate to serve (``reach``: the tail model's
-    chance that the p99s are met there and, once readings say what a unit of rate is worth,
-    the predictor's that its throughput keeps up with it)."""
+    reading's hint, and the chance it meets the SLO at the rate to serve (``reach``; the same
+    as ``chance`` when that is the incumbent's standard)."""
 
     prediction: Prediction
     chance: float
@@ -314,7 +313,6 @@ class Guide:
                                                                    key=lambda s: abs(s - rate))]
 
         per_scale = self._per_scale() if capacity else None
-        from scipy.stats import norm
 
         def weigh(p: Prediction, curve: dict[float, float]) -> Candidate:
             hint = (capacity_hint(sorted(curve), [curve[s] for s in sorted(curve)])
@@ -326,11 +324,7 @@ class Guide:
             # the capacity the tail gives reaches the incumbent's only where the p99s are met
             # there: its chance is inside the improvement of the smaller of the two
             gain = _expected_improvement(p, best or 0.0, objective_at_capacity(hint, per_scale))
-            # serving the rate takes both: the p99s met there and the throughput to keep up
-            keeps_up = float(norm.cdf((p.log_mean - math.log(per_scale * target))
-                                      / max(p.log_sd, 1e-6)))
-            return Candidate(p, chance, gain, self.cost(hint), hint,
-                             chance_at(curve, target) * keeps_up)
+            return Candidate(p, chance, gain, self.cost(hint), hint, chance_at(curve, target))
 
         weighed = [weigh(p, c) for p, c in zip(unmeasured, curves, strict=True)]
         if not capacity:
