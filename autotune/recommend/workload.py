@@ -20,7 +20,7 @@ from typing import Any
 
 from autotune.objective import Outcome
 from autotune.policy import Policy
-from autotune.recommend.choose import Scored, select_best
+from autotune.recommend.choose import Scored, combine_readings, select_best
 from autotune.recommend.feasibility import Feasibility, judge_feasibility, slo_probability
 from autotune.recommend.outputs import check_outputs, not_checked, unchecked_reason
 from autotune.recommend.promotion import export_promoted, should_promote, trial_rates
@@ -28,7 +28,7 @@ from autotune.recommend.provenance import workload_provenance
 from autotune.recommend.runner_up import Race, runner_up_race
 from autotune.recommend.significance import Comparison, compare_rates
 from autotune.store import RecommendationRecord, Store
-from autotune.types import Request, TrialConfig
+from autotune.types import Request, Slo, TrialConfig
 
 __all__ = ["WorkloadResult", "WorkloadTrials", "recommend_workload"]
 
@@ -86,6 +86,17 @@ class WorkloadResult:
         return self.recommendation.status if self.recommendation else "failed"
 
 
+def _baseline_outcome(done: WorkloadTrials, target: float, slo: Slo | None) -> Outcome | None:
+    """The baseline as every reading of its config stands (:func:`combine_readings`, the rule
+    the best config is chosen and valued by): a baseline read again is compared by the mean
+    of its readings, and meets the SLO only if every reading did."""
+    first = done.baseline
+    if first is None:
+        return None
+    both = combine_readings([t for t in done.trials if t.config == first.config], slo, target)
+    return both.outcome if both is not None else None
+
+
 def recommend_workload(store: Store, policy: Policy, run_id: str, done: WorkloadTrials,
                        provenance: Mapping[str, Any], *, backend: str, export_dir: Path,
                        seed: int, decodes_tokens: bool = False) -> WorkloadResult:
@@ -94,8 +105,7 @@ def recommend_workload(store: Store, policy: Policy, run_id: str, done: Workload
     slo = policy.objective.slo.slo()
     target = policy.replay.time_scale
     best = select_best(done.trials, target, slo)
-    baseline = done.baseline
-    base_outcome = baseline.outcome if baseline else None
+    base_outcome = _baseline_outcome(done, target, slo)
     if best is None or best.outcome is None:
         return WorkloadResult(done.workload, len(done.trials), done.failed, None, None,
                               base_outcome, None, False,

@@ -61,10 +61,11 @@ def _sampled(prompt: int) -> GreedyOutput:
                         (greedy.tokens[0], *greedy.runner_up[1:]))
 
 
-def _store_trials(store: Store, run_id: str, winner_sampled: bool) -> list[Scored]:
+def _store_trials(store: Store, run_id: str, winner_sampled: bool,
+                  trials: tuple[tuple[int, TrialConfig, float], ...] = TRIALS) -> list[Scored]:
     """The run's trials, stored as the trial runner stores them (docs/storage.md)."""
     scored = []
-    for number, config, duration in TRIALS:
+    for number, config, duration in trials:
         sampled = winner_sampled and number == WINNER
         outputs = [(_sampled if sampled else _greedy)(p) for p in range(PROMPTS)]
         e2e = duration * 4 / REQUESTS  # four at a time (one for the baseline, which took 4 s)
@@ -86,7 +87,8 @@ def _store_trials(store: Store, run_id: str, winner_sampled: bool) -> list[Score
     return scored
 
 
-def _recommend(db: str, exports: Path, winner_sampled: bool) -> WorkloadResult:
+def _recommend(db: str, exports: Path, winner_sampled: bool,
+               trials: tuple[tuple[int, TrialConfig, float], ...] = TRIALS) -> WorkloadResult:
     policy = _policy()
     store = Store.open(db)
     try:
@@ -97,14 +99,14 @@ def _recommend(db: str, exports: Path, winner_sampled: bool) -> WorkloadResult:
         run_id = store.create_run(backend="vllm", policy_name=policy.name,
                                   policy_sha256=policy.sha256(), policy={},
                                   sample_id=sample_id, seed=1)
-        trials = _store_trials(store, run_id, winner_sampled)
+        scored = _store_trials(store, run_id, winner_sampled, trials)
         requests = [Request(id=f"q{i}", prompt_tokens=40, output_tokens=OUTPUT_TOKENS)
                     for i in range(REQUESTS)]
         provenance = run_provenance(policy=policy, backend="vllm",
                                     described={"vllm_version": "test"}, sample=sample,
                                     run_id=run_id, seed=1)
         result = recommend_workload(store, policy, run_id,
-                                    WorkloadTrials(WORKLOAD, requests, trials), provenance,
+                                    WorkloadTrials(WORKLOAD, requests, scored), provenance,
                                     backend="vllm", export_dir=exports, seed=1,
                                     decodes_tokens=True)
         store.set_run_status(run_id, "finished")
@@ -173,3 +175,18 @@ def test_the_fastest_config_with_flagged_outputs_is_never_promoted(tmp_path: Pat
     assert json.loads(forced.stdout)["num_speculative_tokens"] == 3
     assert "whose outputs are flagged (--force)" in forced.stderr
 
+
+
+def test_a_baseline_read_twice_is_compared_by_the_mean_of_its_readings(tmp_path: Path) -> None:
+    """The best config is chosen and valued by the mean of its readings
+    (:func:`~autotune.recommend.choose.combine_readings`); the baseline it is compared with is
+    held to the same rule: read again (a narrow lead read twice), its speedup is against the
+    mean, not its first reading."""
+    again = (*TRIALS, (3, BASELINE, 2.0))  # the baseline's second reading: twice as fast
+    result = _recommend(f"sqlite:///{tmp_path / 'a.db'}", tmp_path / "exports", False, again)
+    rec = result.recommendation
+    first, second = (REQUESTS * OUTPUT_TOKENS / d for d in (4.0, 2.0))
+    winner = REQUESTS * OUTPUT_TOKENS / TRIALS[WINNER][2]
+    assert rec is not None and rec.config == TRIALS[WINNER][1].as_dict()
+    assert rec.baseline_value == (first + second) / 2
+    assert rec.speedup_vs_baseline == winner / ((first + second) / 2)
