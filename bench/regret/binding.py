@@ -37,11 +37,18 @@ set by one rule (:data:`RULE`), from a model of how a replica's tails grow with 
   that rate, read as the capacity search reads its first rate (the busiest window of the
   sped-up sample, one reading, the workload's TTFT bound alone: :func:`autotune.orchestrate.
   capacity.replay_at_capacity` with one replay), among the configs that keep up there (TTFT
-  met, the arrivals kept up with, the rate sustained): at the geometric midpoint of the lowest
-  p99 and the throughput-best's. The two sides then have equal SLO margins (the capacity
-  search's margin is the log of a p99 over its bound, and its verdict is on the p99 as read),
-  so the config with the shortest tail serves the rate and the throughput-best does not, each
-  by the widest margin one bound can give both.
+  met, the arrivals kept up with, the rate sustained) and meet the workload's own bound on the
+  other tail, which the bound leaves in place (:func:`serving`; for an ITL bound that is the
+  keep-up itself): at the geometric midpoint of the lowest p99 and the throughput-best's.
+  The two sides then have equal SLO margins (the capacity search's margin is the log of a p99
+  over its bound, and its verdict is on the p99 as read), so the config with the shortest
+  tail serves the rate and the throughput-best does not, each by the widest margin one bound
+  can give both. A config over the other tail's bound cannot serve the rate whatever this
+  one's, so it does not set the lowest: long chunks give the shortest TTFTs and, loaded, ITL
+  stalls past the workload's ITL bound (Llama-70B code at its rate to serve: the lowest p99
+  TTFT, 1.59 s, is an 8192-token config's at 564 ms p99 ITL against a 200 ms bound; every
+  config within 200 ms reads 1.84 s or more, so a TTFT bound set from 1.59 s left none
+  serving the rate).
 - **Only a bound clear of the replay noise binds.** Every config is read at the rate a second
   time, on another replay (:func:`replay_noise`, per tail: one reading's p99 noise from the
   pairs of the configs whose p99 lies between the two the bound would split), and a tail's
@@ -94,10 +101,11 @@ RULE = ("rate to serve = the median capacity (under the workload's own SLO) of t
         "meeting it at some rate; for each tail (p99 ITL, p99 TTFT) a candidate bound = the "
         "geometric midpoint of the lowest p99 at that rate and the throughput-best config's, "
         "among the configs keeping up there (one capacity-search reading at the rate, the "
-        "workload's TTFT bound), when the two lie further apart than one reading's noise lets a "
-        "bound separate (a second reading of every config at the rate measures it); the tail "
-        "separated by more noise sds is bound, the other keeps the workload's own bound; "
-        "neither separated: the workload's own bounds")
+        "workload's TTFT bound) and meeting the workload's own bound on the other tail, when "
+        "the two lie further apart than one reading's noise lets a bound separate (a second "
+        "reading of every config at the rate measures it); the tail separated by more noise "
+        "sds is bound, the other keeps the workload's own bound; neither separated: the "
+        "workload's own bounds")
 
 #: One reading lands on its side of a bound at the midpoint with this chance at least (one
 #: sided, its p99's replay noise log-normal): 95%.
@@ -125,11 +133,13 @@ class Tail(NamedTuple):
 @dataclass(frozen=True)
 class Choice:
     """The bound a unit is held to (:func:`choose`): the tail bound (None: the workload's own
-    bounds both) and its bound in ms, with each tail's replay noise (None: not read)."""
+    bounds both) and its bound in ms, with each tail's replay noise (None: not read) and the
+    workload's own bounds it was chosen under (ms; None: not given, no config left out)."""
 
     tail: TailName | None
     bound: float | None
     noise: Mapping[TailName, float | None]
+    own: Mapping[TailName, float] | None = None
 
     def of(self, tail: TailName) -> float | None:
         """The bound set on ``tail`` (None: the workload's own)."""
@@ -169,6 +179,19 @@ def replay_noise(first: Mapping[K, Tail | None], second: Mapping[K, Tail | None]
     band = [p for p in pairs.values() if mine is not None and lowest <= p[0] <= mine.of(tail)]
     used = band if len(band) >= 3 else list(pairs.values())
     return math.sqrt(statistics.fmean(math.log(a / b) ** 2 for a, b in used) / 2.0)
+
+
+def serving(at_rate: Mapping[K, Tail | None], tail: TailName,
+            own: Mapping[TailName, float] | None) -> dict[K, Tail | None]:
+    """``at_rate`` as a bound on ``tail`` sees it: a config kept up there counts only when it
+    also meets the workload's own bound on the other tail (``own``, ms; None: no such bound),
+    which that bound leaves in place: one over it cannot serve the rate whatever ``tail``'s
+    bound, so its p99 of ``tail`` must not set the lowest. Keeping up already meets the own
+    TTFT bound, so for an ITL bound this is the keep-up as read."""
+    other: TailName = "ttft" if tail == "itl" else "itl"
+    limit = math.inf if own is None else own.get(other, math.inf)
+    return {k: t if t is not None and t.of(other) <= limit else None
+            for k, t in at_rate.items()}
 
 
 def _ends(at_rate: Mapping[K, Tail | None], throughput_best: K,
@@ -214,18 +237,20 @@ def separation(at_rate: Mapping[K, Tail | None], throughput_best: K, tail: TailN
 
 
 def choose(first: Mapping[K, Tail | None], second: Mapping[K, Tail | None],
-           throughput_best: K) -> Choice:
+           throughput_best: K, own: Mapping[TailName, float] | None = None) -> Choice:
     """The bound a unit is held to, from every config's two readings at the rate to serve:
-    each tail's candidate (:func:`bound`, clear of that tail's :func:`replay_noise`), and of
+    each tail's candidate (:func:`bound`, clear of that tail's :func:`replay_noise`, among the
+    configs :func:`serving` it under the workload's ``own`` bound on the other tail), and of
     two candidates the one whose separation is the larger in noise sds (:func:`separation`).
     One tail at most: bounding both can leave no config serving the rate."""
-    noise = {t: replay_noise(first, second, throughput_best, t) for t in TAILS}
+    seen = {t: serving(first, t, own) for t in TAILS}
+    noise = {t: replay_noise(seen[t], second, throughput_best, t) for t in TAILS}
     candidates = {t: b for t in TAILS
-                  if (b := bound(first, throughput_best, noise[t] or 0.0, t)) is not None}
+                  if (b := bound(seen[t], throughput_best, noise[t] or 0.0, t)) is not None}
     if not candidates:
-        return Choice(None, None, noise)
-    tail = max(candidates, key=lambda t: separation(first, throughput_best, t, noise[t]))
-    return Choice(tail, candidates[tail], noise)
+        return Choice(None, None, noise, own)
+    tail = max(candidates, key=lambda t: separation(seen[t], throughput_best, t, noise[t]))
+    return Choice(tail, candidates[tail], noise, own)
 
 
 def changed_winner(units: Sequence[Detail]) -> list[str]:
@@ -260,6 +285,12 @@ def _ms(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
+def _lowest(at_rate: Mapping[str, Tail | None], tail: TailName) -> float | None:
+    """The lowest p99 of ``tail`` of the configs counted in ``at_rate`` (None: none is)."""
+    kept = [t.of(tail) for t in at_rate.values() if t is not None]
+    return min(kept) if kept else None
+
+
 def record(world: str, rate: float | None, choice: Choice, at_rate: Mapping[str, Tail | None],
            throughput_best: str, serves: bool, reachable: bool = True) -> BindingRecord:
     """A unit's binding record: ``rate`` (× the sample's rate; None: out of reach), the bound
@@ -269,19 +300,20 @@ def record(world: str, rate: float | None, choice: Choice, at_rate: Mapping[str,
     kept = [t for t in at_rate.values() if t is not None]
     mine = at_rate.get(throughput_best)
     itl, ttft = choice.noise.get("itl"), choice.noise.get("ttft")
+    by_itl, by_ttft = (_lowest(serving(at_rate, t, choice.own), t) for t in TAILS)
     return {"world": world, "rule": RULE,
             "rate_to_serve": None if rate is None else round(rate, 6),
             "bound_tail": choice.tail,
             "itl_p99_ms": _ms(choice.of("itl")), "ttft_p99_ms": _ms(choice.of("ttft")),
             "configs_keeping_up": len(kept), "configs": len(at_rate),
-            "itl_p99_at_rate_best_ms": _ms(min(t.p99 for t in kept)) if kept else None,
+            "itl_p99_at_rate_best_ms": _ms(by_itl),
             "itl_p99_at_rate_median_ms": (_ms(float(statistics.median(t.p99 for t in kept)))
                                           if kept else None),
             "itl_p99_at_rate_throughput_best_ms": None if mine is None else _ms(mine.p99),
             "itl_p99_interval_shortest_top_ms": _ms(min(t.high for t in kept)) if kept else None,
             "itl_p99_interval_throughput_best_bottom_ms": None if mine is None else _ms(mine.low),
             "itl_p99_replay_noise": None if itl is None else round(itl, 5),
-            "ttft_p99_at_rate_best_ms": _ms(min(t.ttft_p99 for t in kept)) if kept else None,
+            "ttft_p99_at_rate_best_ms": _ms(by_ttft),
             "ttft_p99_at_rate_throughput_best_ms": None if mine is None else _ms(mine.ttft_p99),
             "ttft_p99_replay_noise": None if ttft is None else round(ttft, 5),
             "throughput_best": throughput_best, "throughput_best_serves": serves,

@@ -78,7 +78,8 @@ class BindingRecord(TypedDict):
     ``ttft_p99_ms``; None: the workload's own), and the configs' p99s at the rate it was
     chosen from: of ITL the lowest, the median, the throughput-best's and the interval ends an
     ITL bound would lie between (the lowest interval top and the throughput-best's interval
-    bottom); of TTFT the lowest and the throughput-best's; how many configs kept up there, and
+    bottom); of TTFT the lowest (of the configs within the workload's own ITL bound) and the
+    throughput-best's; how many configs kept up there, and
     the throughput-best config (the oracle under the workload's own SLO, by capacity at any
     rate) with whether it serves the rate within the binding SLO. ``reachable`` False: no
     config's capacity reading served the rate under the bound, so the unit was scored by

@@ -74,7 +74,8 @@ def set_binding(reader: SimReader) -> tuple[Table[TrialConfig], BindingRecord]:
         reader.serve_at(rate)
         at = {c.short(): reader.at_rate(c) for c in reader.configs()}
         again = {c.short(): reader.at_rate(c, 1) for c in reader.configs()}
-    choice = choose(at, again, throughput_best.short())
+    ttft, itl = reader.wl.slo  # the workload's own bounds, in the world's time
+    choice = choose(at, again, throughput_best.short(), {"ttft": ttft, "itl": itl})
     if choice.tail is not None and choice.bound is not None:
         reader.hold_to(choice.tail, choice.bound)
     if rate is None or not any(v is not None for v in at.values()):

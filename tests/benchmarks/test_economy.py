@@ -23,6 +23,7 @@ from bench.regret.binding import (
     record,
     replay_noise,
     separation,
+    serving,
 )
 from bench.regret.economy import gpu_h_to, no_rate_trials, trial_gpu_h, within_budget
 from bench.regret.oracle import Table
@@ -253,6 +254,27 @@ def test_when_both_tails_separate_the_one_wider_in_noise_sds_is_bound() -> None:
         assert best is not None
         assert choice.bound == pytest.approx(math.sqrt(lowest * best.of(tail)))
     assert choose(first, first, "best").tail == "itl"  # no noise: the wider log gap
+
+
+def test_a_config_over_the_workloads_itl_bound_does_not_set_the_lowest_ttft() -> None:
+    """Long chunks give the shortest TTFTs and, under load, ITL stalls far over the workload's
+    own ITL bound, which a TTFT bound leaves in place: such a config cannot serve the rate
+    whatever the TTFT bound, so the TTFT bound lies between the configs meeting the ITL bound
+    (else it is below every one of them and no config serves the rate)."""
+    first = _tails({"best": 160.0, "short": 157.0, "mid": 158.0, "long": 560.0},
+                   {"best": 1950.0, "short": 1400.0, "mid": 1700.0, "long": 1000.0})
+    own: dict[TailName, float] = {"ttft": 3000.0, "itl": 200.0}
+    assert serving(first, "ttft", own)["long"] is None  # kept up, over the ITL bound
+    assert serving(first, "itl", own) == first  # every one meets the TTFT bound
+    choice = choose(first, first, "best", own)
+    assert choice.tail == "ttft" and choice.bound == pytest.approx(math.sqrt(1400.0 * 1950.0))
+    assert record("w/d", 0.5, choice, first, "best", False).get(
+        "ttft_p99_at_rate_best_ms") == 1400.0
+    blind = choose(first, first, "best")  # no own bounds given: the long chunks' TTFT counts
+    assert blind.bound == pytest.approx(math.sqrt(1000.0 * 1950.0))
+    # a throughput-best over the ITL bound fails the rate whatever the TTFT bound
+    over = {**first, "best": Tail(260.0, 234.0, 286.0, 1950.0)}
+    assert bound(serving(over, "ttft", own), "best", 0.0, "ttft") is None
 
 
 def test_a_unit_where_neither_tail_separates_keeps_the_workloads_bounds() -> None:
