@@ -55,9 +55,10 @@ seed, the GPU-hours it needs to come within 1%, and its search trials on configs
 SLO at no rate (:mod:`~bench.regret.economy`); each summary, the regret at an equal GPU-hour
 budget (guided's, against TPE's and the others' when their spending stops at guided's).
 ``--binding-slo`` scores whether a config serves the workload's rate to serve within an SLO,
-the rate and the p99 ITL bound set by one rule (the rate: the configs' median capacity; the
-bound: between the lowest p99 ITL at that rate and the throughput-best config's), and counts
-per world the units where the throughput-best config fails it (:mod:`~bench.regret.binding`).
+the rate and a bound on one tail set by one rule (the rate: the configs' median capacity; the
+bound: between the lowest p99 ITL or p99 TTFT at that rate and the throughput-best config's,
+on the tail that separates them by more replay noise), and counts per world the units where
+the throughput-best config fails it (:mod:`~bench.regret.binding`).
 The output names the worlds the search was tuned on (:data:`bench.regret.worlds.TUNED_ON`) and
 marks any other world as scored once; ``--held-out`` adds the held-out worlds
 (bench/regret/held_out/), which no other run scores.

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import NotRequired, TypeAlias, TypedDict, cast
+from typing import Literal, NotRequired, TypeAlias, TypedDict, cast
 
 #: A JSON value, as ``json.loads`` returns it.
 Json: TypeAlias = "bool | int | float | str | list[Json] | dict[str, Json] | None"
@@ -73,22 +73,29 @@ class RunRow(TypedDict):
 class BindingRecord(TypedDict):
     """A unit's binding SLO (bench/regret/binding.py): the rule, the rate to serve it set
     (``rate_to_serve``, × the sample's rate; None: no config meets the workload's SLO at any
-    rate, so the unit kept its own rate and SLO), the p99 ITL bound (None: the workload's own)
-    and the configs' p99 ITLs at the rate it was set from (the lowest, the median, the
-    throughput-best's; the interval ends the bound lies between: the lowest interval top and
-    the throughput-best's interval bottom), how many configs kept up there, and the
-    throughput-best config (the oracle under the workload's own SLO, by capacity at any rate)
-    with whether it serves the rate within the binding SLO. ``reachable`` False: no config's
-    capacity reading served the rate under the bound, so the unit was scored by capacity at any
-    rate. ``itl_p99_replay_noise``: one reading's p99 ITL noise at the rate (sd of its log, from
-    a second reading of every config), which the bound must clear. Records made before the rate
-    was set lack ``rate_to_serve``, the throughput-best's p99 ITL and the interval ends; those
-    made before the noise was read lack it."""
+    rate, so the unit kept its own rate and SLO), the tail bound (``bound_tail``: "itl" or
+    "ttft"; None: the workload's own bounds both) with its bound (``itl_p99_ms`` or
+    ``ttft_p99_ms``; None: the workload's own), and the configs' p99s at the rate it was
+    chosen from: of ITL the lowest, the median, the throughput-best's and the interval ends an
+    ITL bound would lie between (the lowest interval top and the throughput-best's interval
+    bottom); of TTFT the lowest (of the configs within the workload's own ITL bound) and the
+    throughput-best's; how many configs kept up there, and
+    the throughput-best config (the oracle under the workload's own SLO, by capacity at any
+    rate) with whether it serves the rate within the binding SLO. ``reachable`` False: no
+    config's capacity reading served the rate under the bound, so the unit was scored by
+    capacity at any rate. ``itl_p99_replay_noise`` and ``ttft_p99_replay_noise``: one
+    reading's p99 noise of each tail at the rate (sd of its log, from a second reading of every
+    config), which that tail's bound must clear. Records made before the rate was set lack
+    ``rate_to_serve``, the throughput-best's p99 ITL and the interval ends; those made before
+    the noise was read lack it; those made before TTFT could be bound lack the TTFT fields and
+    ``bound_tail`` (their bound, if any, is on ITL)."""
 
     world: str
     rule: str
     rate_to_serve: NotRequired[float | None]
+    bound_tail: NotRequired[Literal["itl", "ttft"] | None]
     itl_p99_ms: float | None
+    ttft_p99_ms: NotRequired[float | None]
     configs_keeping_up: int
     configs: int
     itl_p99_at_rate_best_ms: float | None
@@ -97,6 +104,9 @@ class BindingRecord(TypedDict):
     itl_p99_interval_shortest_top_ms: NotRequired[float | None]
     itl_p99_interval_throughput_best_bottom_ms: NotRequired[float | None]
     itl_p99_replay_noise: NotRequired[float | None]
+    ttft_p99_at_rate_best_ms: NotRequired[float | None]
+    ttft_p99_at_rate_throughput_best_ms: NotRequired[float | None]
+    ttft_p99_replay_noise: NotRequired[float | None]
     throughput_best: str
     throughput_best_serves: bool
     reachable: NotRequired[bool]

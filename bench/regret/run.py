@@ -63,10 +63,11 @@ def parser() -> argparse.ArgumentParser:
                         "always scored)")
     p.add_argument("--binding-slo", action="store_true",
                    help="score whether a config serves a rate to serve within an SLO, the "
-                        "rate (the configs' median capacity) and the p99 ITL bound (between "
-                        "the lowest p99 ITL at that rate and the throughput-best config's) set "
-                        "by one rule (bench/regret/binding.py), not its capacity at any rate; "
-                        "simulated worlds only")
+                        "rate (the configs' median capacity) and a p99 ITL or p99 TTFT bound "
+                        "(between the lowest p99 of that tail at the rate and the "
+                        "throughput-best config's, on the tail separating them by more replay "
+                        "noise) set by one rule (bench/regret/binding.py), not its capacity at "
+                        "any rate; simulated worlds only")
     p.add_argument("--cache", help="JSON-lines file of readings (read, appended)")
     p.add_argument("--detail", type=Path,
                    help="write per-run details (JSON) here, after each unit "

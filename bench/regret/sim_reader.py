@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench.regret.binding import Tail
+from bench.regret.binding import Tail, TailName
 from bench.regret.oracle import Table, build_table
 from bench.regret.reading import COST_KEYED, Reading, ReadingCache, reading_cost
 from bench.regret.records import Json
@@ -189,9 +189,9 @@ class SimReader:
                     + (f"|{world.digest}" if world.digest else ""))
         self.cache = ReadingCache(settings.cache, self.key)
         #: under a binding SLO (:meth:`serve_at`, :meth:`hold_to`): the rate to serve and the
-        #: p99 ITL bound set (None: the workload's own)
+        #: tail bound with its bound (None: the workload's own bounds)
         self.rate: float | None = None
-        self.itl_bound: float | None = None
+        self.held_to: tuple[TailName, float] | None = None
 
     def _rekey(self, part: str) -> None:
         """The policy and the cache of the workload as it now is, keyed by ``part`` too."""
@@ -208,10 +208,15 @@ class SimReader:
         self.wl, self.rate = replace(self.wl, requests=requests), rate
         self._rekey(f"rate {rate:.6g}")
 
-    def hold_to(self, itl_bound: float) -> None:
-        """Hold the workload to a p99 ITL bound of ``itl_bound`` ms (its TTFT bound kept)."""
-        self.wl, self.itl_bound = replace(self.wl, slo=(self.wl.slo[0], itl_bound)), itl_bound
-        self._rekey(f"binding {itl_bound:.6g}")
+    def hold_to(self, tail: TailName, bound: float) -> None:
+        """Hold the workload to a p99 bound of ``bound`` ms on ``tail`` (the other tail's bound
+        kept; the slo is (TTFT, ITL)). An ITL bound keys its readings ``binding <bound>`` as
+        before TTFT could be bound, so the oracle readings cached under one stay valid; a TTFT
+        bound keys them ``binding ttft <bound>``."""
+        ttft, itl = self.wl.slo
+        slo = (ttft, bound) if tail == "itl" else (bound, itl)
+        self.wl, self.held_to = replace(self.wl, slo=slo), (tail, bound)
+        self._rekey(f"binding {bound:.6g}" if tail == "itl" else f"binding ttft {bound:.6g}")
 
     @property
     def measured(self) -> int:
@@ -232,24 +237,29 @@ class SimReader:
         return self.rate is not None and self.reachable
 
     def at_rate(self, config: TrialConfig, replay_seed: int = 0) -> Tail | None:
-        """``config``'s p99 ITL (ms) at the rate to serve with its order-statistic interval,
-        read as a capacity search reads its first rate (:func:`first_reading`, on
-        ``replay_seed``) under the workload's TTFT bound alone; None when it does not keep up
-        there (TTFT missed, arrivals fallen behind, or not sustained). Measured once and
-        cached."""
+        """``config``'s p99 ITL and p99 TTFT (ms) at the rate to serve, with the ITL's
+        order-statistic interval, read as a capacity search reads its first rate
+        (:func:`first_reading`, on ``replay_seed``) under the workload's TTFT bound alone; None
+        when it does not keep up there (TTFT missed, arrivals fallen behind, or not
+        sustained). Measured once and cached, keyed ``at-rate-tails`` (the readings cached
+        before, ``at-rate-interval``, lack the TTFT and are never read for it)."""
         from autotune.slo import Slo
 
         def measure() -> Reading:
             m = first_reading(self.backend, config, self.policy, self.wl, replay_seed)
             met = m.extra.get("capacity_met_slo") == 1.0
-            ends: dict[str, Json] = {k: m.extra.get(k, math.nan)
-                                     for k in ("itl_p99_low_ms", "itl_p99_high_ms")}
-            return Reading(m.slo_check(Slo()).itl_p99_ms, met, {}, ends)
+            check = m.slo_check(Slo())
+            tails: dict[str, Json] = {k: m.extra.get(k, math.nan)
+                                      for k in ("itl_p99_low_ms", "itl_p99_high_ms")}
+            tails["ttft_p99_ms"] = check.ttft_p99_ms
+            return Reading(check.itl_p99_ms, met, {}, tails)
 
-        again = f"|{replay_seed}" if replay_seed else ""  # seed 0: the key it always had
-        r = self.cache.read(f"{self.key}|{config.short()}|at-rate-interval{again}", measure)[0]
-        low, high = (r.summary.get(k) for k in ("itl_p99_low_ms", "itl_p99_high_ms"))
-        return (Tail(r.value, _number(low), _number(high)) if r.feasible else None)
+        again = f"|{replay_seed}" if replay_seed else ""
+        r = self.cache.read(f"{self.key}|{config.short()}|at-rate-tails{again}", measure)[0]
+        low, high, ttft = (r.summary.get(k)
+                           for k in ("itl_p99_low_ms", "itl_p99_high_ms", "ttft_p99_ms"))
+        return (Tail(r.value, _number(low), _number(high), _number(ttft)) if r.feasible
+                else None)
 
     def search_policy(self, strategy: str, budget: int) -> Policy:
         """The policy a method searches with (``strategy``, ``budget`` trials)."""

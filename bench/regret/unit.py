@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from bench.regret.binding import Tail, bound, capacity, rate_to_serve, record, replay_noise
+from bench.regret.binding import Tail, capacity, choose, rate_to_serve, record
 from bench.regret.economy import gpu_h_to, no_rate_trials, trial_gpu_h, within_budget
 from bench.regret.engine_reader import EngineReader
 from bench.regret.methods import Trials, race, recommended, run_grid, run_searcher, runs_to
@@ -62,21 +62,22 @@ def set_binding(reader: SimReader) -> tuple[Table[TrialConfig], BindingRecord]:
     """Put ``reader`` under its unit's binding SLO (bench/regret/binding.py) and return the
     oracle table it is scored by, with the unit's ``binding`` record: the oracle under the
     workload's own SLO (capacity at any rate) gives the throughput-best config and the configs'
-    capacities, which set the rate to serve; the configs' p99 ITLs at that rate set the bound."""
+    capacities, which set the rate to serve; the configs' p99 ITLs and TTFTs at that rate, read
+    twice, choose the tail bound and its bound (:func:`choose`)."""
     own = reader.tables(1)[0]
     throughput_best, _ = own.oracle()
     rate = rate_to_serve([capacity(own.readings[c]) for c in own.readings
                           if own.meets_somewhere(c)])
     at: dict[str, Tail | None] = {}
-    itl = noise = None
+    again: dict[str, Tail | None] = {}
     if rate is not None:
         reader.serve_at(rate)
         at = {c.short(): reader.at_rate(c) for c in reader.configs()}
-        noise = replay_noise(at, {c.short(): reader.at_rate(c, 1) for c in reader.configs()},
-                             throughput_best.short())
-        itl = bound(at, throughput_best.short(), noise or 0.0)
-        if itl is not None:
-            reader.hold_to(itl)
+        again = {c.short(): reader.at_rate(c, 1) for c in reader.configs()}
+    ttft, itl = reader.wl.slo  # the workload's own bounds, in the world's time
+    choice = choose(at, again, throughput_best.short(), {"ttft": ttft, "itl": itl})
+    if choice.tail is not None and choice.bound is not None:
+        reader.hold_to(choice.tail, choice.bound)
     if rate is None or not any(v is not None for v in at.values()):
         reader.reachable = False  # out of reach: scored by capacity at any rate
     table = reader.tables(1)[0]
@@ -84,8 +85,8 @@ def set_binding(reader: SimReader) -> tuple[Table[TrialConfig], BindingRecord]:
         reader.reachable = False  # no capacity reading serves the rate: capacity at any rate
         table = reader.tables(1)[0]
     serves = Table(table.readings, binding=True).mostly_feasible(throughput_best)
-    return table, record(reader.world.name, rate, itl, at, throughput_best.short(), serves,
-                         reader.bound, noise)
+    return table, record(reader.world.name, rate, choice, at, throughput_best.short(), serves,
+                         reader.bound)
 
 
 def _binding(reader: SimReader, settings: Settings, t0: float) -> UnitResult:
@@ -102,6 +103,42 @@ def _percent(sd: float | None) -> str:
     return "?" if sd is None else f"{math.expm1(sd):.1%}"
 
 
+def _ms(value: float | None) -> str:
+    """A p99 or bound in ms, one decimal ("?" when not recorded)."""
+    return "?" if value is None else f"{value:.1f} ms"
+
+
+def _itl_part(b: BindingRecord) -> str:
+    """The p99 ITLs at the rate a unit's binding was chosen from."""
+    mine = b.get("itl_p99_at_rate_throughput_best_ms")
+    return (f"p99 ITL lowest {_ms(b['itl_p99_at_rate_best_ms'])}, interval top "
+            f"{_ms(b.get('itl_p99_interval_shortest_top_ms'))}; throughput-best "
+            + (f"{_ms(mine)}, interval bottom "
+               f"{_ms(b.get('itl_p99_interval_throughput_best_bottom_ms'))}"
+               if mine is not None else "falls behind")
+            + f"; one reading's noise {_percent(b.get('itl_p99_replay_noise'))}")
+
+
+def _ttft_part(b: BindingRecord) -> str:
+    """The p99 TTFTs at the rate a unit's binding was chosen from (a record made before TTFT
+    could be bound has none)."""
+    if "ttft_p99_at_rate_best_ms" not in b:
+        return "p99 TTFT not read"
+    return (f"p99 TTFT lowest {_ms(b.get('ttft_p99_at_rate_best_ms'))}; throughput-best "
+            f"{_ms(b.get('ttft_p99_at_rate_throughput_best_ms'))}; one reading's noise "
+            f"{_percent(b.get('ttft_p99_replay_noise'))}")
+
+
+def _bound_part(b: BindingRecord) -> str:
+    """Which tail a unit is bound on and its bound (an old record's bound is on ITL)."""
+    tail = b.get("bound_tail", "itl" if b["itl_p99_ms"] is not None else None)
+    if tail == "ttft":
+        return f"bound: p99 TTFT {_ms(b.get('ttft_p99_ms'))} (p99 ITL: the workload's own)"
+    if tail == "itl":
+        return f"bound: p99 ITL {_ms(b['itl_p99_ms'])} (p99 TTFT: the workload's own)"
+    return "bound: neither tail separates, the workload's own bounds"
+
+
 def _binding_line(b: BindingRecord) -> str:
     """A unit's binding SLO, one line."""
     if b["rate_to_serve"] is None:
@@ -110,17 +147,7 @@ def _binding_line(b: BindingRecord) -> str:
             f"{b['configs_keeping_up']} of {b['configs']} configs keep up there")
     if not b["configs_keeping_up"]:
         return head + ": out of reach, scored by capacity at any rate"
-    itl = (f"p99 ITL bound {b['itl_p99_ms']:.1f} ms" if b["itl_p99_ms"] is not None
-           else "the workload's own p99 ITL bound")
-    mine = b.get("itl_p99_at_rate_throughput_best_ms")
-    top = b.get("itl_p99_interval_shortest_top_ms")
-    bottom = b.get("itl_p99_interval_throughput_best_bottom_ms")
-    return (head + f" (p99 ITL lowest {b['itl_p99_at_rate_best_ms']:.1f} ms, interval top "
-            f"{top if top is not None else math.nan:.1f}; throughput-best "
-            + (f"{mine:.1f} ms, interval bottom "
-               f"{bottom if bottom is not None else math.nan:.1f}" if mine is not None
-               else "falls behind")
-            + f"; one reading's noise {_percent(b.get('itl_p99_replay_noise'))}); {itl}; "
+    return (head + f" ({_itl_part(b)}; {_ttft_part(b)}); {_bound_part(b)}; "
             f"throughput-best {b['throughput_best']} "
             + ("serves" if b["throughput_best_serves"] else "FAILS") + " the rate"
             + ("" if b.get("reachable", True) else "; no config's capacity reading serves "

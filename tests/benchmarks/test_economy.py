@@ -14,12 +14,16 @@ from bench.regret.binding import (
     RULE,
     SEPARATION_Z,
     Tail,
+    TailName,
     bound,
     capacity,
     changed_winner,
+    choose,
     rate_to_serve,
     record,
     replay_noise,
+    separation,
+    serving,
 )
 from bench.regret.economy import gpu_h_to, no_rate_trials, trial_gpu_h, within_budget
 from bench.regret.oracle import Table
@@ -27,6 +31,9 @@ from bench.regret.reading import Reading
 from bench.regret.records import Detail, Json, RunRow
 from bench.regret.report import binding_lines, checks, result, summarize, tuned_on_lines
 from bench.regret.worlds import SPENT, TUNED_ON, held_out_worlds
+
+#: One p99 TTFT (ms) for every config of the ITL-only tests: it separates none of them.
+TTFT = 500.0
 
 
 def reading(value: float, *, start_s: float = 600.0, replay_s: float = 1800.0, gpus: int = 8,
@@ -143,8 +150,8 @@ def test_the_rate_to_serve_is_the_median_capacity_of_the_configs_meeting_the_slo
 def test_the_bound_splits_the_shortest_tail_and_the_throughput_bests_by_equal_margins() -> None:
     """At the rate to serve: the geometric midpoint of the lowest p99 ITL of the configs that
     keep up there (None: falls behind, however short its ITL) and the throughput-best's."""
-    at_rate = {"short": Tail(40.0, 36.0, 45.0), "best": Tail(90.0, 80.0, 99.0),
-               "mid": Tail(60.0, 50.0, 70.0), "behind": None}
+    at_rate = {"short": Tail(40.0, 36.0, 45.0, TTFT), "best": Tail(90.0, 80.0, 99.0, TTFT),
+               "mid": Tail(60.0, 50.0, 70.0, TTFT), "behind": None}
     itl = bound(at_rate, "best")
     assert itl is not None and itl == pytest.approx(60.0)  # sqrt(40 x 90)
     assert math.log(itl / 40.0) == pytest.approx(math.log(90.0 / itl))
@@ -158,20 +165,135 @@ def test_a_bound_inside_one_readings_noise_is_not_set() -> None:
     bound would lie: a bound at the midpoint must leave each side SEPARATION_Z noise sds of
     margin, else the workload keeps its own bound (replay noise, not the search, would decide
     which config serves the rate)."""
-    first = {"short": Tail(40.0, 36.0, 45.0), "mid": Tail(42.0, 38.0, 46.0),
-             "best": Tail(44.0, 40.0, 49.0), "stall": Tail(90.0, 89.0, 91.0), "behind": None}
-    second = {"short": Tail(42.0, 38.0, 47.0), "mid": Tail(44.0, 40.0, 48.0),
-              "best": Tail(42.0, 38.0, 47.0), "stall": Tail(90.0, 89.0, 91.0), "behind": None}
+    first = {"short": Tail(40.0, 36.0, 45.0, TTFT), "mid": Tail(42.0, 38.0, 46.0, TTFT),
+             "best": Tail(44.0, 40.0, 49.0, TTFT), "stall": Tail(90.0, 89.0, 91.0, TTFT),
+             "behind": None}
+    second = {"short": Tail(42.0, 38.0, 47.0, TTFT), "mid": Tail(44.0, 40.0, 48.0, TTFT),
+              "best": Tail(42.0, 38.0, 47.0, TTFT), "stall": Tail(90.0, 89.0, 91.0, TTFT),
+              "behind": None}
     noise = replay_noise(first, second, "best")
     # the three between 40 and 44 ms, not the stall's near-deterministic p99
     logs = [math.log(40 / 42), math.log(42 / 44), math.log(44 / 42)]
     assert noise == pytest.approx(math.sqrt(sum(x * x for x in logs) / 3 / 2))
     assert bound(first, "best") == pytest.approx(math.sqrt(40.0 * 44.0))  # no noise: split
     assert bound(first, "best", noise) is None  # 9.5% apart: inside 2 x 1.645 x 3.4%
-    apart = {**first, "best": Tail(60.0, 55.0, 66.0)}  # 50% apart: well clear of it
+    apart = {**first, "best": Tail(60.0, 55.0, 66.0, TTFT)}  # 50% apart: well clear of it
     assert bound(apart, "best", noise) == pytest.approx(math.sqrt(40.0 * 60.0))
     assert math.log(60.0 / 40.0) / 2.0 > SEPARATION_Z * noise
     assert replay_noise(first, {k: None for k in first}, "best") is None
+
+
+def _tails(itl: dict[str, float], ttft: dict[str, float]) -> dict[str, Tail | None]:
+    """Readings at the rate of the configs named in ``itl`` (their p99 ITLs, an interval of
+    ±10% around each) with their p99 TTFTs."""
+    return {k: Tail(v, v * 0.9, v * 1.1, ttft[k]) for k, v in itl.items()}
+
+
+def _again(first: dict[str, Tail | None], itl: dict[str, float],
+           ttft: dict[str, float]) -> dict[str, Tail | None]:
+    """A second reading of each config of ``first``, its p99s off by the factors given."""
+    return _tails({k: t.p99 * itl[k] for k, t in first.items() if t is not None},
+                  {k: t.ttft_p99 * ttft[k] for k, t in first.items() if t is not None})
+
+
+#: A second reading's factors: a few percent of replay noise on each of four configs.
+NOISY = {"best": 1.04, "short": 0.96, "mid": 1.03, "long": 0.97}
+#: A tenth of it.
+QUIET = {k: 1.0 + (f - 1.0) / 10.0 for k, f in NOISY.items()}
+
+
+def test_a_unit_whose_itls_do_not_separate_but_whose_ttfts_do_is_bound_on_ttft() -> None:
+    """The throughput-best's short chunks stall decodes no longer than the others' at the rate
+    (p99 ITLs a hair apart, inside the noise), but make a long prompt wait through several
+    chunk steps (p99 TTFT far above the long-chunk configs'): the TTFT is bound at the geometric
+    midpoint of the lowest p99 TTFT and the throughput-best's, the ITL keeps the workload's."""
+    first = _tails({"best": 97.45, "short": 97.39, "mid": 97.42, "long": 97.40},
+                   {"best": 1100.0, "short": 1000.0, "mid": 600.0, "long": 350.0})
+    second = _again(first, NOISY, NOISY)
+    choice = choose(first, second, "best")
+    itl_noise, ttft_noise = choice.noise["itl"], choice.noise["ttft"]
+    assert itl_noise is not None and ttft_noise is not None
+    assert bound(first, "best", itl_noise) is None  # the ITLs: inside the noise
+    assert choice.tail == "ttft" and choice.bound is not None
+    assert choice.bound == pytest.approx(math.sqrt(350.0 * 1100.0))
+    assert choice.of("itl") is None and choice.of("ttft") == choice.bound
+    assert math.log(choice.bound / 350.0) == pytest.approx(math.log(1100.0 / choice.bound))
+    assert math.log(1100.0 / 350.0) / 2.0 >= SEPARATION_Z * ttft_noise
+    b = record("w/d", 0.5, choice, first, "best", False)
+    assert b.get("bound_tail") == "ttft" and b["itl_p99_ms"] is None
+    assert b.get("ttft_p99_ms") == pytest.approx(choice.bound, abs=1e-3)
+    assert b.get("ttft_p99_at_rate_best_ms") == 350.0
+    assert b.get("ttft_p99_at_rate_throughput_best_ms") == 1100.0
+    assert b.get("ttft_p99_replay_noise") == pytest.approx(ttft_noise, abs=1e-5)
+    assert b["itl_p99_at_rate_best_ms"] == 97.39  # the ITL figures are kept as before
+    from bench.regret.unit import _binding_line
+
+    assert f"bound: p99 TTFT {choice.bound:.1f} ms (p99 ITL: the workload's own)" in (
+        _binding_line(b))
+
+
+def test_when_both_tails_separate_the_one_wider_in_noise_sds_is_bound() -> None:
+    """Both tails' candidates clear their noise: the tail whose half log gap is the more noise
+    sds is bound, not the one with the wider gap, and only that one (bounding both can leave
+    no config serving the rate); with no noise, the wider log gap."""
+    first = _tails({"best": 90.0, "short": 40.0, "mid": 50.0, "long": 70.0},
+                   {"best": 600.0, "short": 500.0, "mid": 400.0, "long": 300.0})
+    assert math.log(90.0 / 40.0) > math.log(600.0 / 300.0)  # the ITLs lie further apart
+    cases: list[tuple[dict[str, float], dict[str, float], TailName, TailName]] = [
+        (NOISY, QUIET, "ttft", "itl"), (QUIET, NOISY, "itl", "ttft")]
+    for itl, ttft, tail, other in cases:
+        choice = choose(first, _again(first, itl, ttft), "best")
+        mine, theirs = choice.noise[tail] or 0.0, choice.noise[other] or 0.0
+        assert bound(first, "best", mine, tail) is not None  # both would bind alone
+        assert bound(first, "best", theirs, other) is not None
+        assert choice.tail == tail and choice.of(other) is None
+        assert (separation(first, "best", tail, mine)[0]
+                > separation(first, "best", other, theirs)[0])
+        lowest = min(t.of(tail) for t in first.values() if t is not None)
+        best = first["best"]
+        assert best is not None
+        assert choice.bound == pytest.approx(math.sqrt(lowest * best.of(tail)))
+    assert choose(first, first, "best").tail == "itl"  # no noise: the wider log gap
+
+
+def test_a_config_over_the_workloads_itl_bound_does_not_set_the_lowest_ttft() -> None:
+    """Long chunks give the shortest TTFTs and, under load, ITL stalls far over the workload's
+    own ITL bound, which a TTFT bound leaves in place: such a config cannot serve the rate
+    whatever the TTFT bound, so the TTFT bound lies between the configs meeting the ITL bound
+    (else it is below every one of them and no config serves the rate)."""
+    first = _tails({"best": 160.0, "short": 157.0, "mid": 158.0, "long": 560.0},
+                   {"best": 1950.0, "short": 1400.0, "mid": 1700.0, "long": 1000.0})
+    own: dict[TailName, float] = {"ttft": 3000.0, "itl": 200.0}
+    assert serving(first, "ttft", own)["long"] is None  # kept up, over the ITL bound
+    assert serving(first, "itl", own) == first  # every one meets the TTFT bound
+    choice = choose(first, first, "best", own)
+    assert choice.tail == "ttft" and choice.bound == pytest.approx(math.sqrt(1400.0 * 1950.0))
+    assert record("w/d", 0.5, choice, first, "best", False).get(
+        "ttft_p99_at_rate_best_ms") == 1400.0
+    blind = choose(first, first, "best")  # no own bounds given: the long chunks' TTFT counts
+    assert blind.bound == pytest.approx(math.sqrt(1000.0 * 1950.0))
+    # a throughput-best over the ITL bound fails the rate whatever the TTFT bound
+    over = {**first, "best": Tail(260.0, 234.0, 286.0, 1950.0)}
+    assert bound(serving(over, "ttft", own), "best", 0.0, "ttft") is None
+
+
+def test_a_unit_where_neither_tail_separates_keeps_the_workloads_bounds() -> None:
+    """Neither tail's p99s lie apart by more than their noise: no bound is set, the record
+    says so, and the unit keeps both of the workload's bounds."""
+    first = _tails({"best": 97.45, "short": 97.39, "mid": 97.42, "long": 97.40},
+                   {"best": 520.0, "short": 500.0, "mid": 510.0, "long": 505.0})
+    choice = choose(first, _again(first, NOISY, NOISY), "best")
+    assert choice.tail is None and choice.bound is None
+    assert all(n is not None and n > 0 for n in choice.noise.values())
+    b = record("w/d", 0.5, choice, first, "best", True)
+    assert b.get("bound_tail") is None and b["itl_p99_ms"] is None
+    assert b.get("ttft_p99_ms") is None
+    from bench.regret.unit import _binding_line
+
+    assert "bound: neither tail separates, the workload's own bounds" in _binding_line(b)
+    # the throughput-best with the shortest tails, even without noise: no bound fails it alone
+    ahead = {**first, "best": Tail(97.39, 87.0, 107.0, 300.0)}
+    assert choose(ahead, ahead, "best").tail is None
 
 
 def test_the_units_where_the_slo_changes_the_winner_are_counted_per_world() -> None:
@@ -180,8 +302,10 @@ def test_the_units_where_the_slo_changes_the_winner_are_counted_per_world() -> N
                    world: str = "w/d") -> Detail:
         unit = _unit([_row(0.0, 1.0, 0.0, 1.0, 0)], [_row(0.0, 1.0, 0.0, 1.0, 0)])
         unit["workload"] = workload
-        at = {"t": Tail(90.0, 80.0, 99.0), "s": Tail(40.0, 36.0, 45.0)} if at is None else at
-        unit["binding"] = record(world, rate, bound(at, "t"), at, "t", serves, reachable)
+        if at is None:
+            at = {"t": Tail(90.0, 80.0, 99.0, TTFT), "s": Tail(40.0, 36.0, 45.0, TTFT)}
+        # the same readings twice: no replay noise; the TTFTs all alike, so ITL is bound
+        unit["binding"] = record(world, rate, choose(at, at, "t"), at, "t", serves, reachable)
         return unit
 
     # mixed: no config meets the SLO at any rate; long: none keeps up at the rate; batch:
@@ -191,6 +315,8 @@ def test_the_units_where_the_slo_changes_the_winner_are_counted_per_world() -> N
              bound_unit("long", False, 0.5, {"t": None}, world="v/d"),
              bound_unit("batch", False, reachable=False, world="v/d")]
     assert units[0]["binding"]["itl_p99_ms"] == pytest.approx(math.sqrt(40.0 * 90.0))
+    assert units[0]["binding"].get("bound_tail") == "itl"
+    assert units[0]["binding"].get("ttft_p99_ms") is None
     assert units[0]["binding"].get("itl_p99_interval_shortest_top_ms") == 45.0
     assert units[0]["binding"]["itl_p99_at_rate_throughput_best_ms"] == 90.0
     assert changed_winner(units) == ["w/d chat", "w/d math"]

@@ -116,7 +116,7 @@ def test_the_table_gives_regret_at_equal_gpu_hours_and_the_binding_units() -> No
                 "trial_gpu_h": [gpu_h], "regret_at_gpu_h": at_gpu_h, "gpu_h_to_1pct": gpu_h,
                 "no_rate_trials": 0}
 
-    from bench.regret.binding import Tail, record
+    from bench.regret.binding import Choice, Tail, record
     from bench.regret.report import result
 
     unit = {"slo": {"ttft_p99_ms": 3000.0, "itl_p99_ms": 60.0, "dilation": [1.0, 1.0, 1.0]},
@@ -124,8 +124,9 @@ def test_the_table_gives_regret_at_equal_gpu_hours_and_the_binding_units() -> No
             "default_meets_slo": True, "workload": "chat",
             "runs": {"guided": [row(0.01, 12.0, 0.01), row(0.01, 14.0, 0.01)],
                      "tpe": [row(0.0, 30.0, 0.04), row(0.0, 30.0, 0.04)]},
-            "binding": record("a/dspark", 0.5, 60.0, {"t": Tail(90.0, 80.0, 99.0),
-                                                       "s": Tail(40.0, 36.0, 45.0)}, "t", False)}
+            "binding": record("a/dspark", 0.5, Choice("itl", 60.0, {}),
+                              {"t": Tail(90.0, 80.0, 99.0, 500.0),
+                               "s": Tail(40.0, 36.0, 45.0, 500.0)}, "t", False)}
     res = result({"a/dspark": [unit]}, ["chat"], {"a/dspark": 2})
     lines = markdown(res).splitlines()
     assert lines[2].endswith("| 13 | 1.00% / 4.00% (0.25) | 1 / 1 |")

@@ -76,8 +76,17 @@ def test_a_binding_unit_serves_its_rate_by_slower_arrivals_and_keys_its_readings
     reader.serve_at(0.5)
     assert [r.arrival_s for r in reader.wl.requests] == [0.0, 2.0, 4.0, 8.0]
     assert reader.key == own + "|rate 0.5" and reader.rate == 0.5
-    reader.hold_to(42.0)
+    reader.hold_to("itl", 42.0)
     assert reader.wl.slo == (3000.0, 42.0)
     assert reader.policy.objective.slo.itl_p99_ms == 42.0
     assert reader.policy.objective.slo.ttft_p99_ms == 3000.0
     assert reader.key == own + "|rate 0.5|binding 42" and reader.bound
+    # a TTFT bound replaces the TTFT bound alone, keyed apart from an ITL bound of that value
+    other = SimReader(world, Workload("few", requests, (3000.0, 60.0), ""),
+                      Settings(space=SMALL_SPACE))
+    other.serve_at(0.5)
+    other.hold_to("ttft", 900.0)
+    assert other.wl.slo == (900.0, 60.0)
+    assert other.policy.objective.slo.ttft_p99_ms == 900.0
+    assert other.policy.objective.slo.itl_p99_ms == 60.0
+    assert other.key == own + "|rate 0.5|binding ttft 900" and other.bound
