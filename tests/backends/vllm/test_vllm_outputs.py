@@ -6,9 +6,10 @@ pairs.py, ``ci-eps002``) is served with ``draft_model`` speculation. One pass, t
 a baseline without speculation serving one sequence at a time, and windows 2 and 3 batching
 four. The budget has a fourth trial, so that every config is read whatever the replays say: the
 searcher spends the budget's last trial reading its leader again when one reading of it cannot
-decide (autotune/search/searcher.py), and which leader that is depends on the machine's load. The test-only backend option ``unfaithful_windows: [3]`` makes the window-3
-server *sample* (temperature 1) in the output check where it should decode greedily. Each
-trial pays its own server's measured start and its replay's replica time (its stored cost).
+decide (autotune/search/searcher.py), and which leader that is depends on the machine's load.
+The test-only backend option ``unfaithful_windows: [3]`` makes the window-3 server *sample*
+(temperature 1) in the output check where it should decode greedily. Each trial pays its own
+server's measured start and its replay's replica time (its stored cost).
 
 - window 2 (faithful): its outputs are measured against the baseline's (identical share, first
   divergence stored with the trial, shown by ``trials``), and it is not flagged;
@@ -104,7 +105,7 @@ def _first_readings(trials: list[dict[str, Any]]) -> dict[int, Any]:
     return first
 
 
-# Three or four server starts: about 1.5 minutes on an idle 2-core machine, far more on a loaded one.
+# Three or four server starts: about 1.5 minutes on an idle 2-core machine, more when loaded.
 @pytest.mark.timeout(1800)
 def test_spec_outputs_match_the_baseline_and_a_sampling_server_is_caught(
         pair: Any, tmp_path: Path) -> None:
