@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import math
+import statistics
 from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 
@@ -340,15 +341,12 @@ class Guide:
     def _per_scale(self) -> float | None:
         """The objective per unit of arrival scale the capacity readings measured (the median
         over the readings that met the SLO at some rate: value / ``load_scale``), or None."""
-        ratios = sorted(o.value / float(o.summary["load_scale"])
-                        for outs in self.readings.values() for o in outs
-                        if o is not None and o.value > 0 and met_at_some_rate(o)
-                        and isinstance(o.summary.get("load_scale"), int | float)
-                        and float(o.summary["load_scale"]) > 0)
-        if not ratios:
-            return None
-        mid = len(ratios) // 2
-        return ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2.0
+        ratios = [o.value / float(o.summary["load_scale"])
+                  for outs in self.readings.values() for o in outs
+                  if o is not None and o.value > 0 and met_at_some_rate(o)
+                  and isinstance(o.summary.get("load_scale"), int | float)
+                  and float(o.summary["load_scale"]) > 0]
+        return float(statistics.median(ratios)) if ratios else None
 
     # -- proposals --------------------------------------------------------------------------
     def propose(self, exclude: Iterable[TrialConfig] = ()) -> GuideDecision:
