@@ -136,6 +136,20 @@ def rank_measured(readings: Iterable[tuple[K, Sequence[Outcome | None]]], standa
     return sorted(standing, key=lambda s: -s.value)
 
 
+def rank_best(readings: Sequence[tuple[K, Sequence[Outcome | None]]],
+              target: float | None) -> list[Standing[K]]:
+    """:func:`rank_measured` by the first standard some config meets: the SLO at the rate to
+    serve (``target``; None: no rate to serve), else at some rate, where the config with the
+    most capacity is what the recommendation gives. The one order of standards of the
+    recommendation (:func:`~autotune.recommend.choose.select_best`) and the searcher's leader."""
+    standards = ([] if target is None else [Standard.AT_TARGET]) + [Standard.AT_SOME_RATE]
+    for standard in standards:
+        ranked = rank_measured(readings, standard, target or 1.0)
+        if ranked:
+            return ranked
+    return []
+
+
 def slo_margin(outcome: Outcome, slo: Slo, target: float) -> float:
     """How far a reading is from failing, in log units (negative: it fails):
     :func:`autotune.slo.margin_from_summary` of its summary."""

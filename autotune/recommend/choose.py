@@ -1,7 +1,7 @@
 """Which measured trial a workload's recommendation is: the best one meeting the SLO.
 
-The best config is :func:`autotune.objective.rank_measured`'s, the rule the search's leader and
-incumbent follow too. With the capacity reading a trial meets the SLO at *some* rate; the
+The best config is :func:`autotune.objective.rank_best`'s, the rule the search's leader follows
+too. With the capacity reading a trial meets the SLO at *some* rate; the
 recommendation must serve the workload's own (the policy's ``replay.time_scale``, 1 = the
 sample's rate). So configs whose every reading reaches that rate come first
 (:attr:`~autotune.objective.Standard.AT_TARGET`), then the others whose every reading met the
@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from autotune.objective import Outcome, Standard, mean_value, rank_measured, slo_margin
+from autotune.objective import Outcome, mean_value, rank_best, slo_margin
 from autotune.slo import Slo
 from autotune.types import TrialConfig
 
@@ -75,10 +75,8 @@ def select_best(trials: Sequence[Scored], target: float | None = None,
         return None
     in_order = sorted(combined, key=lambda c: combined[c].number)  # latest reading's number
     readings = [(c, [t.outcome for t in groups[c]]) for c in in_order]
-    standards = ([] if target is None else [Standard.AT_TARGET]) + [Standard.AT_SOME_RATE]
-    for standard in standards:
-        ranked = rank_measured(readings, standard, target or 1.0)
-        if ranked:
-            return combined[ranked[0].key]
+    ranked = rank_best(readings, target)
+    if ranked:
+        return combined[ranked[0].key]
     return min(combined.values(),
                key=lambda t: (t.outcome.violation if t.outcome else 0.0, t.number))

@@ -172,8 +172,9 @@ def objective_at_capacity(hint: CapacityHint, per_scale: float) -> tuple[float, 
 #: capacity's distribution is read at steps of 4^(1/5), 32% (a narrower one reads as that wide).
 _RATES = tuple(4.0**k for k in range(-3, 4))
 _FINE = 4
-#: How many candidates, those with the largest expected improvement, get the finer reading (the
-#: others' cost is predicted from the 4x steps, which overstate the sd of their capacity).
+#: How many candidates at a time, those with the largest expected improvement, get the finer
+#: reading, until the largest are all read finer (the others' cost and value are predicted from
+#: the 4x steps, which overstate the sd of their capacity).
 _REFINED = 3
 
 
@@ -330,13 +331,20 @@ class Guide:
         weighed = [weigh(p, c) for p, c in zip(unmeasured, curves, strict=True)]
         if not capacity:
             return weighed, best, standard
-        # the capacity of the likeliest picks, read finer (their cost, hint and value)
-        top = sorted(range(len(configs)),
-                     key=lambda k: -weighed[k].relative(best, standard))[:_REFINED]
-        self._refine([configs[k] for k in top], [curves[k] for k in top])
-        for k in top:
-            weighed[k] = weigh(unmeasured[k], curves[k])
-        return weighed, best, standard
+        # the capacity of the likeliest picks, read finer (their cost, hint and value), until
+        # the likeliest are all read finer: the 4x steps overstate a capacity's sd, and with it
+        # the improvement, so a pick weighed from them alone is not yet a pick
+        refined: set[int] = set()
+        while True:
+            top = [k for k in sorted(range(len(configs)),
+                                     key=lambda k: -weighed[k].relative(best, standard))
+                   [:_REFINED] if k not in refined]
+            if not top:
+                return weighed, best, standard
+            self._refine([configs[k] for k in top], [curves[k] for k in top])
+            for k in top:
+                weighed[k] = weigh(unmeasured[k], curves[k])
+            refined.update(top)
 
     def _per_scale(self) -> float | None:
         """The objective per unit of arrival scale the capacity readings measured (the median

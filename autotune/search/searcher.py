@@ -9,17 +9,18 @@ once when replicas run in parallel. Every trial is kept in the workload's Optuna
 (:mod:`autotune.search.study`), so a restarted run resumes without repeating one.
 
 One config is run twice on purpose: the best one so far (the leader:
-:func:`~autotune.objective.rank_measured` at the rate to serve, the rule the recommendation
-picks by), when its only reading passed the SLO by less than
-:data:`~autotune.objective.CLOSE_CALL` (a p99 within about 10% of its bound, or a capacity
-within 10% of the target rate), or leads the next config meeting the SLO by less than
-:data:`NARROW_LEAD` (a lead one reading cannot call), or read far above what the strategy
-predicted for it (:meth:`~autotune.search.strategy.Strategy.surprise`: a lucky replay looks like
-a discovery). A lead over a config read alike (:func:`~autotune.objective.read_alike`: the two
-differ in a cap neither reading reached) is no ranking to decide: the next config is the rival.
-The leader is read again before the search stops, or with the last trial of the budget, so that
-one favourable reading is never what gets recommended. When the second reading drops it below
-the runner-up, the new leader is held to the same rule.
+:func:`~autotune.objective.rank_best`, the rule the recommendation picks by: at the rate to
+serve, else, where no config measured serves it, by capacity at some rate), when its only
+reading passed the SLO by less than :data:`~autotune.objective.CLOSE_CALL` (a p99 within about
+10% of its bound, or a capacity within 10% of the target rate), or leads the next config
+meeting the SLO by less than :data:`NARROW_LEAD` (a lead one reading cannot call), or read far
+above what the strategy predicted for it (:meth:`~autotune.search.strategy.Strategy.surprise`:
+a lucky replay looks like a discovery). A lead over a config read alike
+(:func:`~autotune.objective.read_alike`: the two differ in a cap neither reading reached) is no
+ranking to decide: the next config is the rival. The leader is read again before the search
+stops, or with the last trial of the budget, so that one favourable reading is never what gets
+recommended. When the second reading drops it below the runner-up, the new leader is held to
+the same rule.
 
 A narrow lead is not a *close race*: that is the recommendation's verdict on its lead over the
 runner-up against the replay noise the run measured (:mod:`autotune.recommend.runner_up`).
@@ -34,10 +35,9 @@ from typing import TYPE_CHECKING
 from autotune.errors import SearchError
 from autotune.objective import (
     Outcome,
-    Standard,
     Standing,
     close_call,
-    rank_measured,
+    rank_best,
     read_alike,
 )
 from autotune.search.strategy import Strategy, StrategySetup, create_strategy
@@ -184,13 +184,14 @@ class Searcher:
         return list(self._readings.get(config, ()))
 
     def leader(self) -> TrialConfig | None:
-        """The best measured config so far (:func:`~autotune.objective.rank_measured`: every
-        reading met the SLO at the rate to serve, the highest mean value), or None."""
+        """The best measured config so far (:func:`~autotune.objective.rank_best`, the
+        recommendation's rule: every reading met the SLO at the rate to serve, else at some rate
+        where none serves it; the highest mean value), or None."""
         ranked = self._ranked()
         return ranked[0].key if ranked else None
 
     def _ranked(self) -> list[Standing[TrialConfig]]:
-        return rank_measured(self._readings.items(), Standard.AT_TARGET, self.target)
+        return rank_best(list(self._readings.items()), self.target)
 
     def _unconfirmed_winner(self, running: set[TrialConfig]) -> tuple[TrialConfig, str] | None:
         """The leader and why one reading of it is not enough (a close call, a surprise, a
