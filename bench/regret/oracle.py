@@ -41,19 +41,22 @@ class Table(Generic[K]):
         return sum(meets(r) for r in rs) * 2 > len(rs)
 
     def meets_somewhere(self, config: K) -> bool:
-        """Whether most of ``config``'s readings meet the SLO at some rate."""
+        """Whether most of ``config``'s readings meet the SLO at some rate (binding or not)."""
         from bench.regret.economy import meets_at_some_rate
 
         return self.mostly(config, meets_at_some_rate)
 
     def meets(self, r: Reading) -> bool:
-        """What a reading must meet for its config to stand: the SLO as scored, or, binding,
-        the SLO at the workload's rate to serve."""
-        if self.binding:
-            from bench.regret.economy import serves_the_rate
+        """What a reading must meet for its config to stand: the SLO at some rate its capacity
+        reading tried, or, binding, at the workload's rate to serve. Autotune's recommendation
+        ranks by the same standards (:func:`autotune.objective.rank_best`). A capacity reading
+        that met the SLO at no rate keeps its slowest replay, whose p99s may be within bounds
+        (it fell behind the arrivals): its constraints read feasible, yet no recommendation
+        would name it while a config meeting the SLO at some rate is known, so it is no
+        oracle either."""
+        from bench.regret.economy import meets_at_some_rate, serves_the_rate
 
-            return serves_the_rate(r)
-        return r.feasible
+        return serves_the_rate(r) if self.binding else meets_at_some_rate(r)
 
     def oracle(self) -> tuple[K, float]:
         """The best config whose readings mostly meet the SLO (the best of all when none
@@ -96,7 +99,7 @@ class Table(Generic[K]):
         values = [r.value for r in self.readings[config]]
         mean = statistics.fmean(values)
         se = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else math.inf
-        split = len({r.feasible for r in self.readings[config]}) > 1
+        split = len({self.meets(r) for r in self.readings[config]}) > 1
         return (mean + 2 * se >= (1.0 - within) * best
                 and (se > se_to * best or split))
 

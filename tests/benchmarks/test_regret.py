@@ -154,3 +154,22 @@ def test_the_targets_column_names_what_a_world_misses() -> None:
     assert lines[2].endswith("| all met |")
     assert "misses: worst 8.00% <= 3%" in lines[3]
     assert "never loses to a default that meets the SLO (loses: chat seed 0)" in lines[3]
+
+
+def test_the_oracle_is_a_config_that_met_the_slo_at_some_rate() -> None:
+    """A capacity reading that met the SLO at no rate keeps its slowest replay, whose p99s may
+    be within bounds: it reads feasible, but the recommendation never names it while a config
+    met the SLO at some rate, so it is not the oracle either (on one CPU core it stood as the
+    oracle and scored every method's pick of the only config meeting the SLO a 6% loss)."""
+    def capacity(value: float, met: bool) -> Reading:
+        return Reading(value, True, {}, {"load_scale": 1 / 64 if not met else 0.5,
+                                         "capacity_met_slo": 1.0 if met else 0.0})
+
+    table = Table({"met nowhere": [capacity(0.030, False), capacity(0.029, False)],
+                   "met": [capacity(0.028, True), capacity(0.028, True)]})
+    assert table.oracle()[0] == "met"
+    assert table.regret("met") == 0.0
+    assert not table.mostly_feasible("met nowhere") and not table.meets_somewhere("met nowhere")
+    # with no config meeting it anywhere, the best of all is the oracle, as before
+    nowhere = Table({"a": [capacity(0.030, False)], "b": [capacity(0.020, False)]})
+    assert nowhere.oracle()[0] == "a"
