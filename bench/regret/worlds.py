@@ -70,7 +70,12 @@ SPENT: dict[str, str] = {
     "kimi-k2.6@8xH20-tp8/dspark": "scored at 953f9a6 (bench/results/regret/"
                                   "regret-binding-held-out-kimi-k2.6-h20-953f9a6.json, "
                                   "regret-held-out-kimi-k2.6-h20-953f9a6.json); b6045ce "
-                                  "was made after it"}
+                                  "was made after it",
+    "llama-3.1-70b@8xA100-tp8/eagle3": "scored at 60914f2 and, for the search of 843c9ca, "
+                                       "at 843c9ca (bench/results/regret/"
+                                       "regret-held-out-llama-3.1-70b-8xa100-843c9ca.json, "
+                                       "regret-binding-held-out-llama-3.1-70b-8xa100-"
+                                       "843c9ca.json); changes after it are judged in-sample"}
 
 #: The worlds the search (the guided strategy and its predictor) was tuned on: every change to
 #: it was judged by regret runs over them (bench/results/HISTORY.md, 2026-11-29 to 2026-12-05:
