@@ -159,8 +159,7 @@ def test_the_targets_column_names_what_a_world_misses() -> None:
 def test_the_oracle_is_a_config_that_met_the_slo_at_some_rate() -> None:
     """A capacity reading that met the SLO at no rate keeps its slowest replay, whose p99s may
     be within bounds: it reads feasible, but the recommendation never names it while a config
-    met the SLO at some rate, so it is not the oracle either (on one CPU core it stood as the
-    oracle and scored every method's pick of the only config meeting the SLO a 6% loss)."""
+    met the SLO at some rate, so it is not the oracle either."""
     def capacity(value: float, met: bool) -> Reading:
         return Reading(value, True, {}, {"load_scale": 1 / 64 if not met else 0.5,
                                          "capacity_met_slo": 1.0 if met else 0.0})
