@@ -65,9 +65,7 @@ def select_best(trials: Sequence[Scored], target: float | None = None,
     """The best config (see the module doc), as :func:`combine_readings` of its readings:
     the highest value among those meeting the SLO at ``target`` on every reading (when
     ``target`` is given), else among those meeting it at some rate, else the least SLO
-    violation, the highest value among equal ones (a capacity reading that sustained no rate
-    may miss with p99s inside their bounds: no violation to rank it by). Other ties break
-    towards the earlier trial (deterministic)."""
+    violation. Ties break towards the earlier trial (deterministic)."""
     groups: dict[TrialConfig, list[Scored]] = {}
     for t in trials:
         groups.setdefault(t.config, []).append(t)
@@ -81,5 +79,4 @@ def select_best(trials: Sequence[Scored], target: float | None = None,
     if ranked:
         return combined[ranked[0].key]
     return min(combined.values(),
-               key=lambda t: ((t.outcome.violation, -t.outcome.value) if t.outcome else (0.0, 0.0),
-                              t.number))
+               key=lambda t: (t.outcome.violation if t.outcome else 0.0, t.number))

@@ -41,19 +41,3 @@ def test_a_trial_serving_the_target_rate_beats_a_higher_value_below_it() -> None
     assert best is at
     # when nothing reaches the target, the best below it is still chosen (and judged later)
     assert select_best([below], target=1.0) is below
-
-
-def test_among_equal_misses_the_highest_value_is_chosen() -> None:
-    # capacity readings that sustained no rate (their windows never settled): p99s inside the
-    # bounds, so no violation to rank by; the most goodput is the answer, not the first trial
-    def missed(value: float) -> Outcome:
-        return Outcome(value, {"itl": -100.0, "ttft": -1e6},
-                       {"load_scale": 1 / 64, "capacity_met_slo": 0.0})
-
-    trials = [Scored(0, config(7), missed(0.0266)), Scored(1, config(3), missed(0.0284)),
-              Scored(2, config(5), missed(0.0273))]
-    best = select_best(trials, target=1.0)
-    assert best is not None and best.config == config(3)
-    worse = Scored(3, config(1), Outcome(0.05, {"itl": 2.0}))  # a violation outranks value
-    best = select_best([worse, *trials], target=1.0)
-    assert best is not None and best.config == config(3)
