@@ -1,13 +1,13 @@
 """Which measured trial a workload's recommendation is: the best one meeting the SLO.
 
 The best config is :func:`autotune.objective.rank_best`'s, the rule the search's leader follows
-too. With the capacity reading a trial meets the SLO at *some* rate; the
-recommendation must serve the workload's own (the policy's ``replay.time_scale``, 1 = the
-sample's rate). So configs whose every reading reaches that rate come first
+too. With the capacity reading a trial meets the SLO at *some* rate; the recommendation must
+serve the workload's own (the policy's ``replay.time_scale``, 1 = the sample's rate). So configs
+whose every reading reaches that rate come first
 (:attr:`~autotune.objective.Standard.AT_TARGET`), then the others whose every reading met the
 SLO at a lower rate (:attr:`~autotune.objective.Standard.AT_SOME_RATE`), then the least
-violation; within each group the highest objective (the mean of a config's readings) wins,
-ties towards the config whose latest reading came first.
+violation; within each group the highest objective (the mean of a config's readings) wins, ties
+towards the config whose latest reading came first.
 
 A config read more than once (a close call read again, or the active config re-measured) is
 judged by all its readings: it meets the SLO only if every reading does, and the worst
