@@ -26,12 +26,12 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Generic, TypeVar
 
-from autotune.slo import margin_from_summary
+from autotune.slo import KEPT_UP, margin_from_summary
 from autotune.types import PEAK_IN_FLIGHT, Measurement, Slo, TrialConfig
 
 __all__ = ["CLOSE_CALL", "Outcome", "Standard", "Standing", "close_call", "mean_value", "meets",
            "meets_target", "met_at_some_rate", "rank_measured", "read_alike",
-           "score_measurement", "slo_margin"]
+           "score_measurement", "slo_margin", "unsustained"]
 
 K = TypeVar("K", bound=Hashable)
 
@@ -86,6 +86,17 @@ def met_at_some_rate(outcome: Outcome) -> bool:
     behind the arrivals): that is a miss."""
     met = outcome.summary.get("capacity_met_slo")
     return outcome.feasible and (met is None or bool(met))
+
+
+def unsustained(outcome: Outcome) -> bool:
+    """The trial met the SLO at no rate only because no reading of it was long enough to
+    sustain a rate: its p99s are within bounds, no request failed and it kept up with the
+    arrivals, but its window spanned too few request lifetimes
+    (:mod:`autotune.orchestrate.capacity_window`). Its capacity is unread, not shown short."""
+    s = outcome.summary
+    kept = s.get("kept_up")
+    return (s.get("capacity_met_slo") == 0.0 and s.get("capacity_sustained") == 0.0
+            and outcome.feasible and not (isinstance(kept, int | float) and kept < KEPT_UP))
 
 
 class Standard(Enum):

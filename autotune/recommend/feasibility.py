@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from autotune.objective import Outcome, meets_target, slo_margin
+from autotune.objective import Outcome, meets_target, slo_margin, unsustained
 from autotune.policy import Policy
 from autotune.recommend.choose import Scored
 from autotune.slo import KEPT_UP, Slo
@@ -110,6 +110,26 @@ def _space_hint(policy: Policy, best: Scored, met: bool) -> str:
         else ""
 
 
+def _window_too_short(outcome: Outcome) -> str:
+    """Why a reading that met the SLO at no rate read no capacity, when the cause is its window
+    (:func:`~autotune.objective.unsustained`): how long its requests live and the window they
+    need, with the fix. "" otherwise."""
+    from autotune.orchestrate.capacity_window import SETTLE_LIFETIMES, lifetime_s
+
+    summary = outcome.summary
+    e2e, duration = _num(summary, "e2e_p50_ms"), _num(summary, "duration_s")
+    window = _num(summary, "capacity_window_s")
+    if not unsustained(outcome) or e2e is None or duration is None or window is None:
+        return ""
+    life = lifetime_s(e2e / 1000.0, duration, window)
+    needed = math.ceil(SETTLE_LIFETIMES * life)
+    return (f"no reading was long enough to sustain a rate, so its capacity is unread, not "
+            f"shown short (its requests live {life:.3g} s, the median E2E or the drain; its "
+            f"window spanned {window:.3g} s of arrivals, under the {SETTLE_LIFETIMES:g} "
+            f"lifetimes, {needed:,} s, a sustained reading needs): set replay.window_s to "
+            f"{needed:,} s or more")
+
+
 def judge_feasibility(policy: Policy, best: Scored) -> Feasibility:
     """Whether ``best`` (the workload's best trial) serves the target rate within the SLO."""
     assert best.outcome is not None
@@ -122,6 +142,12 @@ def judge_feasibility(policy: Policy, best: Scored) -> Feasibility:
     if meets_target(best.outcome, target):
         return Feasibility(True, capacity, target, "")
     if capacity is not None and met is not None:
+        unread = "" if met else _window_too_short(best.outcome)
+        if unread:
+            return Feasibility(
+                False, capacity, target,
+                f"infeasible: best config {config} meets the SLO at no sustained rate down to "
+                f"{capacity:.3g}× the sample's: {unread}")
         reached = (f"reaches capacity {capacity:.3g}× the sample's rate" if met else
                    f"meets the SLO at no rate down to {capacity:.3g}× the sample's")
         prefix = AT_TARGET if _num(summary, AT_TARGET + "ttft_p99_ms") is not None else ""

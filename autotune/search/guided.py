@@ -40,7 +40,14 @@ from dataclasses import dataclass
 
 from autotune.acceptance import HeadCalibration
 from autotune.cost import trial_cost
-from autotune.objective import Outcome, Standard, met_at_some_rate, rank_measured, read_alike
+from autotune.objective import (
+    Outcome,
+    Standard,
+    met_at_some_rate,
+    rank_measured,
+    read_alike,
+    unsustained,
+)
 from autotune.policy import Policy
 from autotune.predict import Observation, Prediction, Predictor
 from autotune.predict.facts import Facts, UndescribedReplica, describe_replica
@@ -400,7 +407,13 @@ class Guide:
             return (f" (the rate to serve is out of reach of every config measured: the search "
                     f"looks for a config that serves it, the likeliest of the {len(weighed)} "
                     f"unmeasured with a {reach:.0%} chance, else for the most capacity)")
+        read = [o for outs in self.readings.values() for o in outs if o is not None]
         measured = sum(1 for outs in self.readings.values() if any(o is not None for o in outs))
+        if read and all(unsustained(o) for o in read):
+            return (f" (none of the {measured} configs measured was read at a sustained rate: "
+                    f"within the SLO's bounds, but in windows too short for their requests' "
+                    f"lifetimes; the SLO is not shown out of reach: widen replay.window_s as "
+                    f"the result says)")
         return (f" (none of the {measured} configs measured meets the SLO at any rate tried "
                 f"and the likeliest of the {len(weighed)} unmeasured has a {likeliest:.0%} "
                 f"chance to: if the search stops here, the SLO is out of this replica's "

@@ -80,6 +80,30 @@ def test_no_rate_meeting_the_slo_says_so() -> None:
     assert "3 request(s) failed" in verdict.reason
 
 
+def test_a_window_too_short_for_the_lifetimes_says_the_capacity_is_unread() -> None:
+    # One CPU core: requests live ~83 s, and at 1/64 of the rate a reading's window held 3
+    # requests arriving over 33 s. Its p99s are within the bounds and it kept up: the SLO is
+    # not shown out of reach, the window is too short to read a rate.
+    summary = {"load_scale": 0.015625, "capacity_met_slo": 0.0, "capacity_sustained": 0.0,
+               "kept_up": 1.0, "e2e_p50_ms": 83100.0, "duration_s": 105.7,
+               "capacity_window_s": 32.9, "target_ttft_p99_ms": 90000.0,
+               "target_itl_p99_ms": 30.0}
+    verdict = judge_feasibility(policy(), scored(summary))
+    assert not verdict.feasible and verdict.replicas_needed is None
+    text = verdict.reason
+    assert text.startswith("infeasible: best config n=7 seqs=1 tok=16384 meets the SLO at no "
+                           "sustained rate down to 0.0156× the sample's")
+    assert "its requests live 83.1 s" in text and "spanned 32.9 s of arrivals" in text
+    assert "set replay.window_s to 333 s or more" in text  # 4 lifetimes
+    # the drain, when longer than the median E2E, is the lifetime
+    drained = judge_feasibility(policy(), scored({**summary, "duration_s": 232.9})).reason
+    assert "its requests live 200 s" in drained and "to 800 s or more" in drained
+    # a reading that missed a bound, failed requests or fell behind is not a window's fault
+    for other in (scored(summary, feasible=False), scored({**summary, "kept_up": 0.5}),
+                  scored({**summary, "capacity_sustained": 1.0})):
+        assert "replay.window_s" not in judge_feasibility(policy(), other).reason
+
+
 def test_an_itl_tail_missed_even_at_the_slowest_rate_asks_for_shorter_steps() -> None:
     # the Azure code trace: long prompts' prefill chunks stretch steps even on an idle replica
     best = scored({"load_scale": 0.015625, "capacity_met_slo": 0.0, "itl_p99_ms": 105.0,
