@@ -209,6 +209,25 @@ def test_a_config_the_tail_model_says_misses_at_every_rate_is_never_read() -> No
     assert stop.config is None and "out of this replica's reach" in stop.reason
 
 
+def test_readings_never_sustained_stop_the_search_without_calling_the_slo_out_of_reach() -> None:
+    # the same search, but every reading stayed within the bounds and kept up in windows too
+    # short for its requests' lifetimes: the stop says the window, not the SLO, is the cause
+    a, b, c = (TrialConfig(n, False, 64, 4096) for n in (1, 2, 3))
+    fixed = FixedPredictor({a: (5.0, 6.0), b: (4.0, 5.0), c: (9.0, 12.0)},
+                           {a: (0.0, 0.0), b: (0.0, 0.6), c: (0.0, 0.0)})
+    short = Outcome(0.03, {"itl_p99_ms": -5.0}, {"load_scale": 1 / 64, "capacity_met_slo": 0.0,
+                                                  "capacity_sustained": 0.0, "kept_up": 1.0})
+    g = Guide(fixed, epsilon=0.005)  # type: ignore[arg-type]
+    g.observe(BASELINE, short)
+    g.observe(b, short)
+    stop = g.propose()
+    assert stop.config is None and "was read at a sustained rate" in stop.reason
+    assert "replay.window_s" in stop.reason and "out of this replica's reach" not in stop.reason
+    # one reading that missed a bound is evidence the SLO may be out of reach
+    g.observe(a, MISSED_AT_EVERY_RATE)
+    assert "out of this replica's reach" in g.propose().reason
+
+
 def test_a_rate_out_of_reach_searches_for_the_most_capacity() -> None:
     # no config measured serves the rate; b met the SLO at half of it (7.0: 14 per unit of
     # rate): the search ranks capacity, the smaller of what the throughput and the p99s allow.
