@@ -38,9 +38,10 @@ if TYPE_CHECKING:  # numpy is imported where arrays are judged: read-only comman
     FloatArray = npt.NDArray[np.float64]
     BoolArray = npt.NDArray[np.bool_]
 
-__all__ = ["KEPT_UP", "MAX_SCALE", "MIN_SCALE", "P99_CONFIDENCE", "RESOLUTION", "Slo", "SloCheck",
-           "SloVerdict", "first_step", "itl_independent_gaps", "margin_from_summary",
-           "p99_interval_ms", "predicted_readings", "quantile_ms", "values_to_bound"]
+__all__ = ["KEPT_UP", "MAX_SCALE", "MIN_SCALE", "P99_CONFIDENCE", "RESOLUTION", "SETTLE_LIFETIMES",
+           "Slo", "SloCheck", "SloVerdict", "first_step", "itl_independent_gaps", "lifetime_s",
+           "margin_from_summary", "p99_interval_ms", "predicted_readings", "quantile_ms",
+           "values_to_bound"]
 
 #: The percentile the SLO bounds (as a fraction).
 SLO_QUANTILE = 0.99
@@ -48,6 +49,18 @@ SLO_QUANTILE = 0.99
 #: A capacity replay that kept up with less than this share of its arrival rate fell behind:
 #: it misses the SLO whatever its p99s read (:func:`autotune.orchestrate.capacity.kept_up`).
 KEPT_UP = 0.95
+
+#: A reading is a sustained rate when its window spans at least this many request lifetimes
+#: (:mod:`autotune.orchestrate.capacity_window`: half the window's requests then see a settled
+#: batch).
+SETTLE_LIFETIMES = 4.0
+
+
+def lifetime_s(median_e2e_s: float, duration_s: float, window_s: float) -> float:
+    """A reading's request lifetime: its median E2E or, when longer, the drain measured (the
+    measured span's time after its window of arrivals, ``duration_s`` - ``window_s``). A window
+    of :data:`SETTLE_LIFETIMES` of them is a sustained reading."""
+    return max(median_e2e_s, duration_s - window_s)
 
 #: One-sided confidence of a verdict: *met* says the p99 is within its bound, *missed* that it is
 #: over it, each with this confidence (the two ends of a central interval of 2 × this - 1).

@@ -30,14 +30,12 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from autotune.errors import ConfigError
+from autotune.slo import SETTLE_LIFETIMES, lifetime_s
 from autotune.types import Measurement, Request
 
 __all__ = ["SETTLE_LIFETIMES", "busiest_slice", "check_window", "lifetime_s", "settle_margin",
            "warmed_window", "window_requests"]
 
-#: A reading is a sustained rate when its window spans at least this many median request
-#: lifetimes (module doc: half the window's requests then see a settled batch).
-SETTLE_LIFETIMES = 4.0
 
 
 def busiest_slice(arrivals: Sequence[float], length: float) -> tuple[int, int]:
@@ -119,13 +117,6 @@ def settle_margin(m: Measurement, window_s: float) -> float:
         return math.nan
     lifetime = lifetime_s(float(np.median(e2e)), m.duration_s, window_s)
     return math.log(SETTLE_LIFETIMES * lifetime / window_s) if lifetime > 0 else -math.inf
-
-
-def lifetime_s(median_e2e_s: float, duration_s: float, window_s: float) -> float:
-    """A reading's request lifetime (module doc): its median E2E or, when longer, the drain
-    measured (the measured span's time after its window of arrivals, ``duration_s`` -
-    ``window_s``). A window of :data:`SETTLE_LIFETIMES` of them is a sustained reading."""
-    return max(median_e2e_s, duration_s - window_s)
 
 
 def check_window(window_s: float | None, time_scale: float, workload: str,

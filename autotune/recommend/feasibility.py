@@ -22,7 +22,7 @@ from typing import Any
 from autotune.objective import Outcome, meets_target, slo_margin, unsustained
 from autotune.policy import Policy
 from autotune.recommend.choose import Scored
-from autotune.slo import KEPT_UP, Slo
+from autotune.slo import KEPT_UP, SETTLE_LIFETIMES, Slo, lifetime_s
 
 __all__ = ["Feasibility", "judge_feasibility", "slo_probability"]
 
@@ -114,8 +114,6 @@ def _window_too_short(outcome: Outcome) -> str:
     """Why a reading that met the SLO at no rate read no capacity, when the cause is its window
     (:func:`~autotune.objective.unsustained`): how long its requests live and the window they
     need, with the fix. "" otherwise."""
-    from autotune.orchestrate.capacity_window import SETTLE_LIFETIMES, lifetime_s
-
     summary = outcome.summary
     e2e, duration = _num(summary, "e2e_p50_ms"), _num(summary, "duration_s")
     window = _num(summary, "capacity_window_s")
