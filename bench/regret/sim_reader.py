@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 LOCAL_PAIR = "local/spec-pair-"
 #: The world the workloads' SLOs were written for (bench/regret/workloads.py).
 SLO_REFERENCE = "kimi-k2.6@8xH200-tp8/dspark"
+#: A world's capacity window holds at least this many of its unloaded request times
+#: (:func:`reading_window`).
+WINDOW_LIFETIMES = 8.0
 
 
 def _merge(base: dict[str, Any], over: Mapping[str, object]) -> dict[str, Any]:
@@ -56,8 +59,9 @@ def _local_pair(serve: ServeKeys) -> ServeKeys:
 
 
 def bench_policy(world: World, wl: Workload, strategy: str, budget: int,
-                 space: Space) -> Policy:
-    """The default policy in ``world`` (its serve, hardware and sim keys) for ``wl``."""
+                 space: Space, window_s: float | None = None) -> Policy:
+    """The default policy in ``world`` (its serve, hardware and sim keys) for ``wl``, with a
+    capacity window of ``window_s`` (None: the default's, ``replay.window_s``)."""
     from autotune.policy import load_policy, policy_from_mapping
 
     if world.policy is None:
@@ -69,6 +73,8 @@ def bench_policy(world: World, wl: Workload, strategy: str, budget: int,
     data["space"] = {k: [v for v in vs if v in allowed.get(k, vs)] for k, vs in space.items()}
     data["objective"]["slo"] = {"ttft_p99_ms": wl.slo[0], "itl_p99_ms": wl.slo[1]}
     data["budget"]["trials"] = budget
+    if window_s is not None:
+        data["replay"]["window_s"] = window_s
     data["search"] = {**data.get("search", {}), "strategy": strategy}
     return policy_from_mapping(data, f"bench:{world.name}:{wl.name}")
 
@@ -84,6 +90,22 @@ def unloaded_latencies(world: World, wl: Workload) -> tuple[float, float, float]
     m = one_at_a_time(backend, policy.baseline.config(), wl)
     check = m.slo_check(Slo())
     return check.ttft_p99_ms, check.itl_p99_ms, float(m.e2e_s[m.ok].mean())
+
+
+def reading_window(world: World, wl: Workload) -> float | None:
+    """The capacity window ``world`` is read with for ``wl``: the default policy's
+    (``replay.window_s``, None) unless that holds fewer than :data:`WINDOW_LIFETIMES` of the
+    world's unloaded request times (:func:`unloaded_latencies`), else that many. A reading is
+    sustained over 4 lifetimes (autotune.slo.SETTLE_LIFETIMES), and a loaded request lives
+    longer than an unloaded one: in a world whose requests live half a minute (one CPU core)
+    no reading of the default window is sustained, and every config reads alike (the drain of
+    a burst of 2 or 3 requests). Every GPU world keeps the default (8 of its unloaded request
+    times are under 60 s)."""
+    from autotune.policy import load_policy
+
+    default = load_policy().replay.window_s
+    needed = WINDOW_LIFETIMES * unloaded_latencies(world, wl)[2]
+    return needed if needed > default else None
 
 
 def one_at_a_time(backend: Backend, config: TrialConfig, wl: Workload) -> Measurement:
@@ -180,13 +202,15 @@ class SimReader:
 
         self.world, self.settings = world, settings
         self.wl, self.dilation = in_world_time(world, wl)
+        self.window_s = reading_window(world, self.wl)
         self.policy = self.search_policy("grid", BUDGET)
         self.backend = create_backend("sim", self.policy.serve.spec(),
                                       self.policy.sim.model_dump(), 0)
         # keyed by the workload as written (its SLO before any dilation)
         self.key = (f"{world.name}|{wl.name}|{settings.requests}|{settings.capacity_replays}|"
                     f"{wl.slo}|{settings.fingerprint}|{COST_KEYED}"
-                    + (f"|{world.digest}" if world.digest else ""))
+                    + (f"|{world.digest}" if world.digest else "")
+                    + (f"|window {self.window_s:.6g}" if self.window_s is not None else ""))
         self.cache = ReadingCache(settings.cache, self.key)
         #: under a binding SLO (:meth:`serve_at`, :meth:`hold_to`): the rate to serve and the
         #: tail bound with its bound (None: the workload's own bounds)
@@ -263,7 +287,8 @@ class SimReader:
 
     def search_policy(self, strategy: str, budget: int) -> Policy:
         """The policy a method searches with (``strategy``, ``budget`` trials)."""
-        return bench_policy(self.world, self.wl, strategy, budget, self.settings.space)
+        return bench_policy(self.world, self.wl, strategy, budget, self.settings.space,
+                            self.window_s)
 
     def tables(self, seeds: int) -> list[Table[TrialConfig]]:
         """The oracle each seed is scored against: here one for all, every config and the

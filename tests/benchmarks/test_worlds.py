@@ -90,3 +90,36 @@ def test_a_binding_unit_serves_its_rate_by_slower_arrivals_and_keys_its_readings
     assert other.policy.objective.slo.ttft_p99_ms == 900.0
     assert other.policy.objective.slo.itl_p99_ms == 60.0
     assert other.key == own + "|rate 0.5|binding ttft 900" and other.bound
+
+
+def test_a_world_whose_requests_live_long_is_read_over_eight_of_their_lifetimes() -> None:
+    """One CPU core: a request of 512 + 64 tokens alone lives ~8 s here, so the default 60 s
+    window holds fewer than 8 of them and the world's readings get a window of 8 unloaded
+    request times (keyed apart); on Kimi's H200 world it lives 0.6 s and the default stays."""
+    from autotune.backends.sim import generate_requests
+    from autotune.policy import load_policy
+    from bench.regret.settings import SMALL_SPACE, Settings
+    from bench.regret.sim_reader import (
+        WINDOW_LIFETIMES,
+        SimReader,
+        reading_window,
+        unloaded_latencies,
+    )
+    from bench.regret.workloads import Workload
+
+    requests = list(generate_requests(4, workload="chat", seed=0, prompt_tokens=[512] * 4,
+                                      output_tokens=[64] * 4, arrivals=[0.0, 1.0, 2.0, 4.0]))
+    wl = Workload("few", requests, (3000.0, 60.0), "")
+    default = load_policy().replay.window_s
+    cpu = next(w for w in sim_worlds() if w.name.startswith("llama768x12@vllm-cpu-1thread"))
+    gpu = next(w for w in sim_worlds() if w.name == "kimi-k2.6@8xH200-tp8/dspark")
+    lifetime = unloaded_latencies(cpu, wl)[2]
+    assert WINDOW_LIFETIMES * lifetime > default
+    assert reading_window(cpu, wl) == WINDOW_LIFETIMES * lifetime
+    assert WINDOW_LIFETIMES * unloaded_latencies(gpu, wl)[2] < default
+    assert reading_window(gpu, wl) is None
+    slow = SimReader(cpu, wl, Settings(space=SMALL_SPACE))
+    assert slow.policy.replay.window_s == slow.window_s and slow.window_s is not None
+    assert slow.window_s > default and slow.key.endswith(f"|window {slow.window_s:.6g}")
+    fast = SimReader(gpu, wl, Settings(space=SMALL_SPACE))
+    assert fast.policy.replay.window_s == default and "|window" not in fast.key
