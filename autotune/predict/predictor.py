@@ -65,7 +65,7 @@ from autotune.predict.residual import (
     uncapped,
     unpinned,
 )
-from autotune.predict.step_cost import StepCostModel
+from autotune.predict.step_cost import COST_PARTS, StepCostModel
 from autotune.predict.tail import TailModel
 from autotune.predict.workload import ConfigGrid, ReplicaFactors, WorkloadModel
 from autotune.types import Request, Slo, TrialConfig
@@ -79,6 +79,11 @@ _STEP_SD = 0.05          # measurement noise of a run's mean step time (log)
 _FACTOR_PRIOR_SD = {"itl": 0.15, "ttft": 0.5, "slots": 0.5}
 _MIN_GAIN = 1.0          # loss improvement (in squared standard errors) a factor move must bring
 _Z95 = 1.645             # one-sided z of the 95th percentile
+#: The log-multipliers a part alone is tried over to match the measured steps (:meth:
+#: Predictor._part_starts): from a tenth of the facts' to e^20 (a device 10^8 times slower).
+_PART_RANGE = (-2.3, 20.0)
+#: A fitted cost part this many prior sds from the facts says they do not describe the device.
+_BEYOND_PRIOR = 3.0
 #: A fit whose weight in the mixture is below this is left out (it explains the runs far worse).
 _MIN_WEIGHT = 1e-3
 
@@ -337,6 +342,52 @@ class Predictor:
         return _Fit(cost, factors, loss)
 
     # -- outputs ----------------------------------------------------------------------------
+    def _beyond_facts(self, fitted: StepCostModel) -> bool:
+        """Whether the facts do not describe this replica's step: its hardware is not in their
+        table, and the fit from them had to move some part by more than
+        :data:`_BEYOND_PRIOR` of its prior sds (they are off by more than they allow). Within
+        that, the facts' split of a step into its parts is kept (a GPU missing from the table
+        is still a GPU)."""
+        if self.facts.hardware.known:
+            return False
+        moved = np.abs(np.asarray(fitted.log_scale)) / fitted.prior_sd()
+        return bool(moved.max() > _BEYOND_PRIOR)
+
+    def _part_starts(self) -> list[StepCostModel]:
+        """Where a fit of the step cost starts when the facts do not describe the replica
+        (:meth:`_beyond_facts`): one start per part, that part alone moved until the model's
+        steps match the measured ones (the mean of their logs), the others at the facts'.
+
+        The facts' split of a step into its parts is a GPU's. A fit from the facts moves the
+        parts whose effect is visible there and leaves one that is negligible there at the
+        facts', however much of this device's step it is: its derivative is nil. Which part
+        carries a step decides how the configs the runs did not read compare (on a device
+        whose per-token compute is most of a step, a short window verifies fewer tokens per
+        step and is faster, where on a GPU it is slower). From each start the fit finds that
+        part's basin; the runs weigh the fits (:meth:`_fits`), and where they explain them
+        alike, the predictions are uncertain where the fits disagree."""
+        from scipy.optimize import brentq
+
+        residuals = self._cost_residuals(StepCostModel(self.facts), ReplicaFactors())
+        if residuals is None:
+            return []
+        points = len(self._step_points())
+        zero = np.zeros(len(COST_PARTS))
+
+        def gap(part: int, x: float) -> float:
+            moved = zero.copy()
+            moved[part] = x
+            return float(residuals(moved)[:points].mean())
+
+        starts = []
+        for part in range(len(COST_PARTS)):
+            lo, hi = gap(part, _PART_RANGE[0]), gap(part, _PART_RANGE[1])
+            if lo < 0.0 < hi:
+                x = brentq(lambda v, k=part: gap(k, v), *_PART_RANGE, xtol=0.05)
+                starts.append(StepCostModel(self.facts).with_scale(
+                    tuple(x if k == part else 0.0 for k in range(len(COST_PARTS)))))
+        return starts
+
     def model_outcomes(self, configs: Sequence[TrialConfig] | None = None) -> ReplicaOutcomes:
         """The fitted replica model's reading of ``configs`` (default: every candidate)."""
         grid = self.grid if configs is None else ConfigGrid.of(configs)
@@ -350,16 +401,23 @@ class Predictor:
         the baseline and one run at 2048 tokens, the fit continued from the baseline's put the
         8192-token configs at 7.8 req/s and the 2048-token ones at 4.8; a fit of the same two
         runs from the facts put them at 1.4 and 7.2; the oracle reads 5.9 and 7.0). So the
-        fit continued from the last refresh and a fit from the facts are both kept, weighed by
-        how well they explain the runs (exp(-loss / 2)); where they disagree, the predictions
-        are uncertain. The better one is where the next refresh continues from.
+        fit continued from the last refresh and a fit from the facts are both kept (and, when
+        the facts do not describe the replica, a fit from each part's start:
+        :meth:`_part_starts`), weighed by how well they explain the runs (exp(-loss / 2));
+        where they disagree, the predictions are uncertain. The better one is where the next
+        refresh continues from.
         """
         warm = self._fit(self._state)
         fits = [warm]
         if self.measured:
             cold = self._fit(_Fit(StepCostModel(self.facts), ReplicaFactors()))
-            if not _same_fit(cold, warm):
-                fits.append(cold)
+            others = [cold]
+            if self._beyond_facts(cold.cost):
+                others += [self._fit(_Fit(start, ReplicaFactors()))
+                           for start in self._part_starts()]
+            for fit in others:
+                if not any(_same_fit(fit, f) for f in fits):
+                    fits.append(fit)
         fits.sort(key=lambda f: f.loss)
         self._state = fits[0]
         self.cost, self.factors = fits[0].cost, fits[0].factors
