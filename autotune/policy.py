@@ -268,7 +268,8 @@ class Replay(_Model):
                     "slice of the workload that fits at the rate read): 60 s keeps a trial's "
                     "readings (7 at most) near 8 replica-minutes, under one start of a "
                     "large model's server, while spanning the 4 request lifetimes of up to "
-                    "15 s a sustained reading needs (docs/search.md).")
+                    "15 s a sustained reading needs (docs/search.md); a pass whose requests "
+                    "live longer says so and which window to set.")
 
     def schedule(self, requests: list[Request], seed: int, label: str = "",
                  slo: Slo | None = None) -> ReplaySchedule:
