@@ -37,7 +37,6 @@ __all__ = ["SETTLE_LIFETIMES", "busiest_slice", "check_window", "lifetime_s", "s
            "warmed_window", "window_requests"]
 
 
-
 def busiest_slice(arrivals: Sequence[float], length: float) -> tuple[int, int]:
     """``(i, j)``: the contiguous run ``arrivals[i:j]`` (sorted) spanning at most ``length``
     seconds that holds the most arrivals; the earliest such run on a tie."""

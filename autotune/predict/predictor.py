@@ -79,8 +79,8 @@ _STEP_SD = 0.05          # measurement noise of a run's mean step time (log)
 _FACTOR_PRIOR_SD = {"itl": 0.15, "ttft": 0.5, "slots": 0.5}
 _MIN_GAIN = 1.0          # loss improvement (in squared standard errors) a factor move must bring
 _Z95 = 1.645             # one-sided z of the 95th percentile
-#: The log-multipliers a part alone is tried over to match the measured steps (:meth:
-#: Predictor._part_starts): from a tenth of the facts' to e^20 (a device 10^8 times slower).
+#: The log-multipliers a part alone is tried over to match the measured steps
+#: (:meth:`Predictor._part_starts`): from a tenth of the facts' to e^20 (10^8 times slower).
 _PART_RANGE = (-2.3, 20.0)
 #: A fitted cost part this many prior sds from the facts says they do not describe the device.
 _BEYOND_PRIOR = 3.0
