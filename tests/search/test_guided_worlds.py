@@ -35,6 +35,7 @@ from autotune.search import open_search
 from autotune.search.guided import GuidedStrategy
 from autotune.slo import Slo
 from autotune.types import ReplaySchedule, Request, TrialConfig
+from bench.regret.sim_reader import WINDOW_LIFETIMES  # the compute-bound world's window
 
 #: The stated bound: the guided pick's value (oracle reading) is within 5% of the best's.
 #: Single readings of one config differ by up to ~3% between replay seeds here, and up to 20%
@@ -45,9 +46,6 @@ ORACLE_SEEDS = (1000, 1001, 1002)
 REQUESTS = 80
 REPLAYS = 5
 SLOWDOWN = 20.0
-#: The compute-bound world's capacity window, in unloaded request times: a reading is sustained
-#: over 4 lifetimes (autotune.slo.SETTLE_LIFETIMES), and a loaded request lives longer.
-WINDOW_LIFETIMES = 8.0
 
 LLAMA = {"model": "meta-llama/Llama-3.1-70B-Instruct",
          "draft_model": "RedHatAI/Llama-3.3-70B-Instruct-speculator.eagle3", "method": "eagle3",
