@@ -57,6 +57,7 @@ from autotune.backends import Replica
 from autotune.knee_search import Probe, first_step, predict, search
 from autotune.orchestrate.capacity_window import (
     SETTLE_LIFETIMES,
+    reading_lifetime,
     settle_margin,
     warmed_window,
     window_requests,
@@ -196,9 +197,9 @@ def _tag(scale: float, readings: list[tuple[float, _Replay]], feasible: bool,
     reading at the target rate (the schedule's own ``time_scale``; absent when the search did
     not read it) measured: ``target_*`` p99s, failures and keeping up, which say by how much a
     config misses the SLO at the rate it must serve; and with every reading's decode
-    aggregates, cost and size (``replay{i}_*``, numbered as in ``readings``): the same replica
-    at several loads profiles its step time at several batch sizes, and its tail at several
-    rates (:mod:`autotune.predict.tail`)."""
+    aggregates, cost and size, p99s, window and request lifetime (``replay{i}_*``, numbered as
+    in ``readings``): the same replica at several loads profiles its step time at several
+    batch sizes, and its tail and lifetimes at several rates (:mod:`autotune.predict.tail`)."""
     m = kept.measurement
     verdict = slo.verdict(m.ok, m.ttft_s, m.itl_s, m.duration_s)
     extra: dict[str, float] = {
@@ -225,7 +226,9 @@ def _tag(scale: float, readings: list[tuple[float, _Replay]], feasible: bool,
                       f"replay{i}_decode_tokens": tokens, f"replay{i}_duration_s": span,
                       f"replay{i}_busy_s": r.busy_s, f"replay{i}_requests": float(r.requests),
                       f"replay{i}_itl_p99_ms": p99.itl_p99_ms,
-                      f"replay{i}_ttft_p99_ms": p99.ttft_p99_ms})
+                      f"replay{i}_ttft_p99_ms": p99.ttft_p99_ms,
+                      f"replay{i}_window_s": replayed.window_s,
+                      f"replay{i}_lifetime_s": reading_lifetime(r, replayed.window_s)})
     return replace(m, extra=extra)
 
 

@@ -33,8 +33,8 @@ from autotune.errors import ConfigError
 from autotune.slo import SETTLE_LIFETIMES, lifetime_s
 from autotune.types import Measurement, Request
 
-__all__ = ["SETTLE_LIFETIMES", "busiest_slice", "check_window", "lifetime_s", "settle_margin",
-           "warmed_window", "window_requests"]
+__all__ = ["SETTLE_LIFETIMES", "busiest_slice", "check_window", "lifetime_s", "reading_lifetime",
+           "settle_margin", "warmed_window", "window_requests"]
 
 
 def busiest_slice(arrivals: Sequence[float], length: float) -> tuple[int, int]:
@@ -102,19 +102,28 @@ def warmed_window(requests: Sequence[Request], scale: float, window_s: float | N
         len(lead)
 
 
-def settle_margin(m: Measurement, window_s: float) -> float:
-    """log(:data:`SETTLE_LIFETIMES` × lifetime / window): ≤ 0 when a reading whose measured
-    requests arrived over ``window_s`` replica seconds was a sustained rate, > 0 when it only
-    drained a burst; NaN when no request completed or the window is unknown. The lifetime is
-    the median E2E or, when longer, the drain measured (the measured span's time after the
-    last arrival, ``duration_s`` - ``window_s``): a window of k drains completes at least
-    k / (k + 1) of the offered rate."""
+def reading_lifetime(m: Measurement, window_s: float) -> float:
+    """The request lifetime (s) of a reading whose measured requests arrived over ``window_s``
+    replica seconds: the median E2E or, when longer, the drain measured (the measured span's
+    time after the last arrival, ``duration_s`` - ``window_s``); NaN when no request
+    completed or the window is unknown."""
     import numpy as np
 
     e2e = m.e2e_s[m.ok]
     if e2e.size == 0 or not window_s > 0:
         return math.nan
-    lifetime = lifetime_s(float(np.median(e2e)), m.duration_s, window_s)
+    return lifetime_s(float(np.median(e2e)), m.duration_s, window_s)
+
+
+def settle_margin(m: Measurement, window_s: float) -> float:
+    """log(:data:`SETTLE_LIFETIMES` × lifetime / window): ≤ 0 when a reading whose measured
+    requests arrived over ``window_s`` replica seconds was a sustained rate, > 0 when it only
+    drained a burst; NaN when no request completed or the window is unknown. The lifetime
+    (:func:`reading_lifetime`) is the median E2E or, when longer, the drain: a window of k
+    drains completes at least k / (k + 1) of the offered rate."""
+    lifetime = reading_lifetime(m, window_s)
+    if not math.isfinite(lifetime):
+        return math.nan
     return math.log(SETTLE_LIFETIMES * lifetime / window_s) if lifetime > 0 else -math.inf
 
 

@@ -36,7 +36,7 @@ OBSERVED_FIELDS = frozenset({
     "target_ttft_p99_ms", "target_itl_p99_ms", "target_failed_requests",
     *(f"replay{i}_{k}" for i in range(_MAX_REPLAYS)
       for k in ("scale", "decode_time_s", "decode_tokens", "duration_s", "itl_p99_ms",
-                "ttft_p99_ms")),
+                "ttft_p99_ms", "lifetime_s", "window_s")),
 })
 
 

@@ -159,7 +159,7 @@ class Predictor:
                  block: int, objective: str, slo: Slo, warmup: int = 0, mode: str = "trace",
                  time_scale: float = 1.0, concurrency: int = 1, find_capacity: bool = True,
                  max_model_len: int | None = None, facts: Facts,
-                 fit_factors: bool = True) -> None:
+                 fit_factors: bool = True, window_s: float | None = None) -> None:
         self.facts = facts
         self.slo = slo
         #: the rate (× the sample's) a config must serve within the SLO
@@ -175,7 +175,7 @@ class Predictor:
         self.workload = WorkloadModel(requests, self.raw, warmup=warmup, slo=slo,
                                       kv_tokens=self.facts.kv_cache_tokens(), mode=mode,
                                       time_scale=time_scale, concurrency=concurrency,
-                                      find_capacity=find_capacity)
+                                      find_capacity=find_capacity, window_s=window_s)
         self.observations: list[Observation] = []
         self._unfitted()
 

@@ -34,9 +34,10 @@ from autotune.predict.steady_state import SteadyState, solve_steady_state
 from autotune.predict.step_cost import StepCostModel
 from autotune.predict.trace_replay import trace_replay_latency
 from autotune.predict.workload import ConfigGrid, ReplicaFactors, WorkloadModel
-from autotune.slo import MAX_SCALE, MIN_SCALE
+from autotune.slo import MAX_SCALE, MIN_SCALE, SETTLE_LIFETIMES, lifetime_s
 
-__all__ = ["ReplicaOutcomes", "latency", "measured_ttft", "predict_replica"]
+__all__ = ["ReplicaOutcomes", "latency", "lifetimes", "measured_ttft", "predict_replica",
+           "reading_spans", "settle_margins"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -83,9 +84,51 @@ def measured_ttft(wl: WorkloadModel, grid: ConfigGrid, lat: PredictedLatency,
     return ttft
 
 
-def _meets(wl: WorkloadModel, lat: PredictedLatency) -> npt.NDArray[np.bool_]:
-    """p99 ITL and p99 TTFT within the SLO, by counting what exceeds it (no sorting)."""
+def lifetimes(wl: WorkloadModel, lat: PredictedLatency, scale: FloatArray) -> FloatArray:
+    """Per config, the request lifetime (s) a capacity reading at ``scale`` measures
+    (:func:`autotune.slo.lifetime_s`: the measured requests' median E2E or, when longer, the
+    drain after their last arrival); NaN without completion times (a closed loop)."""
+    if lat.end is None or not wl.measured.any():
+        return np.full(lat.ttft.shape[0], np.nan)
+    arrive = wl.arrival[wl.measured][None, :] / scale[:, None]
+    end = lat.end[:, wl.measured]
+    e2e = np.median(end - arrive, axis=1)
+    duration, span = end.max(axis=1) - arrive[:, 0], arrive[:, -1] - arrive[:, 0]
+    return np.asarray([lifetime_s(float(e), float(d), float(w))
+                       for e, d, w in zip(e2e, duration, span, strict=True)])
+
+
+def reading_spans(wl: WorkloadModel, scale: FloatArray) -> FloatArray:
+    """Replica seconds over which a capacity reading at ``scale`` receives its measured
+    arrivals: the sample's span at that rate, at most the reading's window
+    (:mod:`autotune.orchestrate.capacity_window`: the busiest slice that fits in it)."""
+    span: FloatArray = wl.span / np.maximum(scale, 1e-12)
+    return np.minimum(span, wl.window_s) if wl.window_s is not None else span
+
+
+def settle_margins(wl: WorkloadModel, life: FloatArray, scale: FloatArray) -> FloatArray:
+    """Per row, log(:data:`~autotune.slo.SETTLE_LIFETIMES` × ``life`` / span): <= 0 when a
+    capacity reading at ``scale`` whose requests live ``life`` s (:func:`lifetimes`) is a
+    sustained rate (its window spans the lifetimes the queue and batch need to settle), > 0
+    when it would only drain a burst, which the reading does not credit
+    (:func:`autotune.orchestrate.capacity_window.settle_margin`); -inf where no lifetime is
+    known (a closed loop, which reads no capacity), +inf where it is unbounded."""
+    life = np.asarray(life, dtype=np.float64)
+    known = ~np.isnan(life)
+    span = np.maximum(reading_spans(wl, scale), 1e-12)
+    out: FloatArray = np.full(life.shape, -np.inf)
+    with np.errstate(divide="ignore"):
+        out[known] = np.log(SETTLE_LIFETIMES * np.maximum(life[known], 1e-12) / span[known])
+    return out
+
+
+def _meets(wl: WorkloadModel, lat: PredictedLatency, scale: FloatArray
+           ) -> npt.NDArray[np.bool_]:
+    """p99 ITL and p99 TTFT within the SLO, by counting what exceeds it (no sorting), and the
+    reading a sustained rate (:func:`settle_margins`)."""
     ok = lat.feasible.copy()
+    if wl.find_capacity:
+        ok &= settle_margins(wl, lifetimes(wl, lat, scale), scale) <= 0
     slo = wl.slo
     if slo.itl_p99_ms is not None:
         over = (lat.weights * (lat.durations * 1000.0 > slo.itl_p99_ms)).sum(axis=1)
@@ -100,7 +143,7 @@ def _feasible_at(wl: WorkloadModel, grid: ConfigGrid, cost: StepCostModel,
                  factors: ReplicaFactors, scale: FloatArray, t0: FloatArray | None
                  ) -> tuple[npt.NDArray[np.bool_], FloatArray]:
     st = solve_steady_state(wl, grid, cost, factors, scale * wl.base_rate, t0)
-    return _meets(wl, latency(wl, grid, cost, factors, st, scale)), st.t
+    return _meets(wl, latency(wl, grid, cost, factors, st, scale), scale), st.t
 
 
 def _read(wl: WorkloadModel, grid: ConfigGrid, cost: StepCostModel, factors: ReplicaFactors,

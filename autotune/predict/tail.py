@@ -58,8 +58,9 @@ import numpy as np
 import numpy.typing as npt
 
 from autotune.predict.numerics import count_le, weighted_quantile
-from autotune.predict.replica import latency, measured_ttft
+from autotune.predict.replica import latency, lifetimes, measured_ttft, settle_margins
 from autotune.predict.residual import similarity
+from autotune.predict.settle import SettleCalibration
 from autotune.predict.steady_state import solve_steady_state
 from autotune.predict.step_cost import COST_PARTS, UNKNOWN_HARDWARE_SD, StepCostModel
 from autotune.predict.tail_readings import TailReading, replay_tail_keys, tail_readings
@@ -110,6 +111,8 @@ class _Physics:
     feasible: npt.NDArray[np.bool_]
     #: (K,) requests one queue episode makes slow together (:func:`_slow_runs`); None: 1
     ttft_cluster: FloatArray | None = None
+    #: (K,) the request lifetime a capacity reading measures (s; NaN: none, a closed loop)
+    lifetime: FloatArray | None = None
 
     def share(self, tail: str) -> FloatArray:
         """Per row, the share of the p99's neighbourhood (the slowest :data:`_NEAR_P99` of the
@@ -140,7 +143,7 @@ def _physics(wl: WorkloadModel, configs: Sequence[TrialConfig], scales: FloatArr
     return _Physics(_finite(lat.durations), _finite(lat.weights), lat.stall_from,
                     np.maximum(_finite(st.b), 1.0), ttft,
                     _finite(measured_ttft(wl, grid, lat, st, wait=True)), lat.feasible,
-                    _slow_runs(ttft))
+                    _slow_runs(ttft), lifetimes(wl, lat, scales))
 
 
 def _slow_runs(ttft: FloatArray) -> FloatArray:
@@ -422,7 +425,8 @@ def _outlier_var(cross: FloatArray, nugget: float, error: FloatArray, noise_var:
 class TailForecast:
     """Per (config, rate) row: the p99s a reading will measure (ms) — median and the
     interval of ``level`` — and the chance each, and both, meet the SLO's bounds (1 where the
-    SLO has no such bound)."""
+    SLO has no such bound); and the chance the reading is a sustained rate
+    (:mod:`autotune.predict.settle`: 1 outside a capacity reading)."""
 
     configs: tuple[TrialConfig, ...]
     scales: FloatArray
@@ -431,11 +435,16 @@ class TailForecast:
     low: Mapping[str, FloatArray]
     high: Mapping[str, FloatArray]
     chance: Mapping[str, FloatArray]
+    sustained: FloatArray | None = None
 
     @property
     def chance_met(self) -> FloatArray:
-        """The chance both tails meet their bounds (the two taken as independent)."""
-        out: FloatArray = np.prod(np.vstack([self.chance[t] for t in TAILS]), axis=0)
+        """The chance a capacity reading credits the rate: both tails meet their bounds and
+        the reading is sustained (the three taken as independent)."""
+        parts = [self.chance[t] for t in TAILS]
+        if self.sustained is not None:
+            parts.append(self.sustained)
+        out: FloatArray = np.prod(np.vstack(parts), axis=0)
         return out
 
 
@@ -444,9 +453,12 @@ class TailModel:
     ``readings`` on the replica model with the predictor's fitted ``cost`` and ``factors``."""
 
     def __init__(self, workload: WorkloadModel, cost: StepCostModel, factors: ReplicaFactors,
-                 slo: Slo, residuals: Mapping[str, _Residual]) -> None:
+                 slo: Slo, residuals: Mapping[str, _Residual],
+                 settle: SettleCalibration | None = None) -> None:
         self.workload, self.cost, self.factors, self.slo = workload, cost, factors, slo
         self.residuals = residuals
+        #: the calibrated lifetimes (:mod:`autotune.predict.settle`)
+        self.settle = settle if settle is not None else SettleCalibration()
 
     @classmethod
     def fit(cls, workload: WorkloadModel, cost: StepCostModel, factors: ReplicaFactors,
@@ -464,7 +476,9 @@ class TailModel:
             if best is None or score > best[0]:
                 best = (score, cls(workload, moved, factors, slo, residuals))
         assert best is not None
-        return best[1]
+        model = best[1]
+        model.settle = _settle(workload, model.cost, factors, rows)
+        return model
 
     def predict(self, configs: Sequence[TrialConfig], scales: Sequence[float],
                 level: float = 0.9) -> TailForecast:
@@ -490,7 +504,10 @@ class TailModel:
             bound = getattr(self.slo, tail)
             chance[tail] = (np.ones(len(rows)) if bound is None
                             else spread.at(math.log(bound / 1000.0)))
-        return TailForecast(tuple(configs), scale, level, median, low, high, chance)
+        sustained = None
+        if self.workload.find_capacity and ph.lifetime is not None:
+            sustained = self.settle.chance(settle_margins(self.workload, ph.lifetime, scale))
+        return TailForecast(tuple(configs), scale, level, median, low, high, chance, sustained)
 
 
 def _with_prefill(cost: StepCostModel, step: float) -> StepCostModel:
@@ -533,6 +550,19 @@ def _calibrate(workload: WorkloadModel, cost: StepCostModel, factors: ReplicaFac
             offset=_OFFSET_SD * (1.0 if cost.facts.hardware.known else UNKNOWN_HARDWARE_SD),
             block=block)
     return residuals
+
+
+def _settle(wl: WorkloadModel, cost: StepCostModel, factors: ReplicaFactors,
+            rows: Sequence[TailReading]) -> SettleCalibration:
+    """The lifetimes' calibration (:mod:`autotune.predict.settle`) on the readings of ``rows``
+    that recorded a lifetime."""
+    timed = [r for r in rows if math.isfinite(r.lifetime_s) and r.lifetime_s > 0]
+    if not timed or not wl.find_capacity:
+        return SettleCalibration()
+    ph = _physics(wl, [r.config for r in timed], _scales(wl, timed), cost, factors)
+    model = ph.lifetime if ph.lifetime is not None else np.full(len(timed), np.nan)
+    return SettleCalibration.fit([math.log(r.lifetime_s / m) if 0 < m < math.inf else math.nan
+                                  for r, m in zip(timed, model, strict=True)])
 
 
 def _physics_medians(wl: WorkloadModel, configs: Sequence[TrialConfig], scale: FloatArray,

@@ -22,12 +22,16 @@ def replay_tail_keys(i: int) -> tuple[str, str]:
 @dataclass(frozen=True)
 class TailReading:
     """One reading's measured p99s (ms; NaN: not measured) at ``scale`` × the sample's rate
-    (a closed loop's readings all have the policy's scale)."""
+    (a closed loop's readings all have the policy's scale), and its request lifetime (s,
+    :func:`autotune.slo.lifetime_s`) with the replica seconds its arrivals spanned (NaN: not
+    recorded)."""
 
     config: TrialConfig
     scale: float
     itl_p99_ms: float
     ttft_p99_ms: float
+    lifetime_s: float = math.nan
+    window_s: float = math.nan
 
     def value(self, tail: str) -> float:
         return self.itl_p99_ms if tail == "itl_p99_ms" else self.ttft_p99_ms
@@ -41,9 +45,9 @@ def _num(summary: Mapping[str, Any], key: str) -> float:
 def tail_readings(config: TrialConfig, summary: Mapping[str, Any], target: float,
                   max_replays: int = 16) -> tuple[TailReading, ...]:
     """Every reading of a trial's summary with p99s: each ``replay{i}`` of a capacity reading
-    that recorded them (:func:`replay_tail_keys`), else the kept reading (at ``load_scale``)
-    and the reading at the rate to serve (``target``, the ``target_*`` p99s); without a
-    capacity reading, the one replay at ``target``."""
+    that recorded them (:func:`replay_tail_keys`), with its lifetime and window, else the kept
+    reading (at ``load_scale``) and the reading at the rate to serve (``target``, the
+    ``target_*`` p99s); without a capacity reading, the one replay at ``target``."""
     out: dict[float, TailReading] = {}
     for i in range(max_replays):
         scale = _num(summary, f"replay{i}_scale")
@@ -51,7 +55,9 @@ def tail_readings(config: TrialConfig, summary: Mapping[str, Any], target: float
             break
         itl, ttft = (_num(summary, k) for k in replay_tail_keys(i))
         if math.isfinite(itl) or math.isfinite(ttft):
-            out[scale] = TailReading(config, scale, itl, ttft)
+            out[scale] = TailReading(config, scale, itl, ttft,
+                                     _num(summary, f"replay{i}_lifetime_s"),
+                                     _num(summary, f"replay{i}_window_s"))
     if out:
         return tuple(out[s] for s in sorted(out))
     kept = _num(summary, "load_scale")

@@ -74,7 +74,7 @@ class WorkloadModel:
     def __init__(self, requests: Sequence[Request], acceptance: AcceptanceModel, *,
                  warmup: int, slo: Slo, kv_tokens: float, mode: str = "trace",
                  time_scale: float = 1.0, concurrency: int = 1,
-                 find_capacity: bool = True) -> None:
+                 find_capacity: bool = True, window_s: float | None = None) -> None:
         order = sorted(range(len(requests)),
                        key=lambda i: (requests[i].arrival_s or 0.0, requests[i].line, i))
         self.prompt = np.asarray([max(requests[i].prompt_tokens, 1) for i in order], float)
@@ -94,6 +94,9 @@ class WorkloadModel:
         self.time_scale = time_scale
         self.concurrency = max(concurrency, 1)
         self.find_capacity = find_capacity and self.mode == "trace"
+        #: replica seconds of arrivals one capacity reading replays (``replay.window_s``;
+        #: None: the whole sample)
+        self.window_s = window_s
         self.mean_prompt = float(self.prompt.mean()) if n else 0.0
         self.mean_pairs = float((self.prompt**2).mean() / 2.0) if n else 0.0
         self.order = np.asarray(order, dtype=np.int64)

@@ -109,6 +109,8 @@ class Candidate:
         return self.prediction.config
 
 
+#: Worths of two candidates within this share of each other are a tie (:meth:`Guide.propose`).
+_TIE = 1e-6
 #: The one-sided 95% point of a normal: the optimistic end of a prediction.
 _Z95 = 1.645
 
@@ -382,7 +384,11 @@ class Guide:
         def worth(c: Candidate) -> float:
             return c.relative(best, standard) * typical / c.cost
 
-        choice = max(weighed, key=lambda c: (worth(c), c.prediction.value))
+        # worths equal to a millionth are a tie (a chance of 1 - 1e-11 against 1 - 2e-11 is
+        # no reason to read a config predicted to be worth less): the higher value wins it
+        top = max(worth(c) for c in weighed)
+        choice = max((c for c in weighed if worth(c) >= top * (1.0 - _TIE)),
+                     key=lambda c: (c.prediction.value, worth(c)))
         gain = worth(choice)
         context = self._context(weighed, best, standard)
         if gain < self.epsilon:
@@ -438,7 +444,7 @@ def make_guide(requests: Sequence[Request], configs: Iterable[TrialConfig], poli
         objective=policy.objective.maximize, slo=policy.objective.slo.slo(),
         warmup=replay.warmup_requests, mode=replay.mode, time_scale=replay.time_scale,
         concurrency=replay.concurrency, find_capacity=replay.find_capacity,
-        max_model_len=policy.serve.max_model_len,
+        max_model_len=policy.serve.max_model_len, window_s=replay.window_s,
         facts=facts)
     return Guide(predictor, policy.search.epsilon if epsilon is None else epsilon,
                  gpus=policy.gpus_per_replica)

@@ -104,9 +104,14 @@ def test_parallel_asks_never_hand_out_the_same_config(strategy: str, tmp_path: P
     assert len({x.config for x in pending}) == len(pending) >= 2
     for x in pending:
         s.tell(x, score(x.config))
-    rest = drive(s)
-    everything = [x.config for x in pending] + [c for _, c, _ in rest]
-    assert len(set(everything)) == len(everything)
+    told = [x.config for x in pending]
+    while (sug := s.ask()) is not None:
+        # a config is handed out again only as the searcher's flagged second reading of one
+        # already measured (a leader's close call, narrow lead or surprise)
+        assert (sug.config in told) == sug.is_repeat, sug
+        told.append(sug.config)
+        s.tell(sug, score(sug.config))
+    assert len(told) > len(pending)
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
