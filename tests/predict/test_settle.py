@@ -1,0 +1,91 @@
+"""Whether a capacity reading will be a sustained rate: the replica model's request lifetimes
+bound the capacity a reading can credit, and readings whose lifetimes run longer than the
+model's lower the chance the next one is sustained."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from autotune.acceptance import AcceptanceModel
+from autotune.predict import ConfigGrid, ReplicaFactors, StepCostModel, WorkloadModel
+from autotune.predict.facts import kimi_h200_facts
+from autotune.predict.replica import predict_replica, reading_spans
+from autotune.predict.tail import TailModel, TailReading, _physics
+from autotune.slo import SETTLE_LIFETIMES
+from autotune.types import Request, Slo, TrialConfig
+
+FACTS = kimi_h200_facts()
+COST = StepCostModel(FACTS)
+#: loose bounds: the p99s do not bind, so what a reading can credit is set by the lifetimes
+SLO = Slo(ttft_p99_ms=60000.0, itl_p99_ms=1000.0)
+CONFIG = TrialConfig(3, False, 64, 8192)
+
+
+def _requests(n: int) -> list[Request]:
+    """Chat-like arrivals (4 req/s) with long outputs: requests live several seconds."""
+    rng = np.random.default_rng(7)
+    arrivals = np.cumsum(rng.exponential(0.25, n))
+    return [Request(id=str(i), prompt_tokens=int(rng.integers(200, 3000)),
+                    output_tokens=int(rng.integers(300, 900)), arrival_s=float(a),
+                    acceptance=(0.7,) * 4) for i, a in enumerate(arrivals)]
+
+
+def _workload(n: int, window_s: float | None = 60.0) -> WorkloadModel:
+    reqs = _requests(n)
+    return WorkloadModel(reqs, AcceptanceModel.from_requests(reqs, 4), warmup=0, slo=SLO,
+                         kv_tokens=FACTS.kv_cache_tokens(), window_s=window_s)
+
+
+def _lifetime(wl: WorkloadModel, scale: float) -> float:
+    ph = _physics(wl, [CONFIG], np.asarray([scale]), COST, ReplicaFactors())
+    assert ph.lifetime is not None
+    return float(ph.lifetime[0])
+
+
+def test_a_sample_spanning_few_lifetimes_caps_the_capacity_a_reading_can_credit() -> None:
+    grid = ConfigGrid.of([CONFIG])
+    long, short = _workload(600), _workload(40)
+    capacity = {name: float(predict_replica(wl, grid, COST, ReplicaFactors(), "goodput").scale[0])
+                for name, wl in (("long", long), ("short", short))}
+    # 40 requests at 4 req/s arrive within ~10 s: at the rate the long sample is credited with,
+    # they span fewer than the lifetimes a sustained reading needs
+    assert capacity["short"] < capacity["long"] / 1.5, capacity
+    at = capacity["short"]
+    span = float(reading_spans(short, np.asarray([at]))[0])
+    assert SETTLE_LIFETIMES * _lifetime(short, at) <= span * 1.01
+    # and a little faster, it would not be
+    faster = at * 1.1
+    assert SETTLE_LIFETIMES * _lifetime(short, faster) > float(
+        reading_spans(short, np.asarray([faster]))[0])
+
+
+def _timed(wl: WorkloadModel, scales: list[float], ratio: float) -> list[TailReading]:
+    """Readings of CONFIG whose lifetimes are ``ratio`` times the model's."""
+    return [TailReading(CONFIG, s, math.nan, math.nan, _lifetime(wl, s) * ratio,
+                        float(reading_spans(wl, np.asarray([s]))[0])) for s in scales]
+
+
+def test_lifetimes_read_longer_than_the_model_lower_the_chance_a_reading_is_sustained() -> None:
+    wl = _workload(40)
+    prior = TailModel.fit(wl, COST, ReplicaFactors(), SLO, [], block=4)
+    scales = list(np.geomspace(0.05, 4.0, 40))
+    chances = prior.predict([CONFIG] * len(scales), scales).sustained
+    assert chances is not None
+    assert chances[0] > 0.99 and chances[-1] < 0.01  # the settle rule binds in this range
+    # a rate the model alone calls likely sustained (about 3 in 4)
+    at = scales[int(np.argmin(np.abs(chances - 0.75)))]
+    readings = [0.1, 0.2, 0.4]
+    right = TailModel.fit(wl, COST, ReplicaFactors(), SLO, _timed(wl, readings, 1.0), block=4)
+    slow = TailModel.fit(wl, COST, ReplicaFactors(), SLO, _timed(wl, readings, 1.5), block=4)
+
+    def chance(model: TailModel) -> float:
+        fc = model.predict([CONFIG], [at])
+        assert fc.sustained is not None
+        return float(fc.sustained[0])
+
+    assert chance(slow) < 0.5 < 0.75 < chance(right)
+    # the chance a reading credits the rate includes it
+    fc = slow.predict([CONFIG], [at])
+    assert float(fc.chance_met[0]) <= chance(slow)
