@@ -57,14 +57,14 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from autotune.predict.numerics import count_le, weighted_quantile
-from autotune.predict.replica import latency, lifetimes, measured_ttft, settle_margins
+from autotune.predict.numerics import count_le
+from autotune.predict.replica import settle_margins
 from autotune.predict.residual import similarity
 from autotune.predict.settle import SettleCalibration
-from autotune.predict.steady_state import solve_steady_state
 from autotune.predict.step_cost import COST_PARTS, UNKNOWN_HARDWARE_SD, StepCostModel
+from autotune.predict.tail_physics import Physics, physics
 from autotune.predict.tail_readings import TailReading, replay_tail_keys, tail_readings
-from autotune.predict.workload import ConfigGrid, ReplicaFactors, WorkloadModel
+from autotune.predict.workload import ReplicaFactors, WorkloadModel
 from autotune.slo import MIN_SCALE, SLO_QUANTILE
 from autotune.types import Slo, TrialConfig
 
@@ -86,80 +86,12 @@ _SIZES = np.geomspace(0.01, 1.0, 7)
 _NODES, _POINTS = 9, 240
 #: Moves of the prefill speed (log, on top of the predictor's fit) the calibration tries.
 _PREFILL_STEPS = (-1.0, -0.5, 0.0, 0.5, 1.0, 1.5, 2.0, 3.0)
-#: The slowest share of gaps (requests) whose make-up says which part of the tail the p99 is.
-_NEAR_P99 = 0.02
 #: The step in log rate the physics' elasticity is read over, and its cap.
 _ELASTICITY_STEP, _MAX_ELASTICITY = 0.1, 20.0
-#: What an unbounded step or wait (an unstable queue) counts as (s).
-_UNBOUNDED_S = 1e6
 #: A reading's sampling sd (log) is at least this (a p99 printed to the millisecond, drift).
 _MIN_SAMPLING_SD = 0.01
 #: Degrees of freedom of the heavy-tailed nugget (:func:`_outlier_var`).
 _NUGGET_DOF = 4.0
-
-
-@dataclass(frozen=True)
-class _Physics:
-    """The replica model's tail of K (config, rate) rows."""
-
-    durations: FloatArray   # (K, M) step durations (s)
-    weights: FloatArray     # (K, M) gaps lasting each
-    stall_from: int         # columns from here on stall the decoding batch together
-    cluster: FloatArray     # (K,) gaps one chunk step stalls: the decoding batch, >= 1
-    ttft: FloatArray        # (K, N) measured requests' TTFT (s)
-    wait: FloatArray        # (K, N) the part of it spent waiting (slot, prefill queue)
-    feasible: npt.NDArray[np.bool_]
-    #: (K,) requests one queue episode makes slow together (:func:`_slow_runs`); None: 1
-    ttft_cluster: FloatArray | None = None
-    #: (K,) the request lifetime a capacity reading measures (s; NaN: none, a closed loop)
-    lifetime: FloatArray | None = None
-
-    def share(self, tail: str) -> FloatArray:
-        """Per row, the share of the p99's neighbourhood (the slowest :data:`_NEAR_P99` of the
-        gaps or requests) owed to the second part of the tail: stalled gaps among the ITL
-        gaps, waiting in the TTFT."""
-        if tail == "itl_p99_ms":
-            d, w = self.durations, np.maximum(self.weights, 0.0)
-            edge = weighted_quantile(d, w, 1.0 - _NEAR_P99)[:, None]
-            near = w * (d >= edge)
-            stalled = near[:, self.stall_from:].sum(axis=1)
-            return stalled / np.maximum(near.sum(axis=1), 1e-12)
-        edge = np.quantile(self.ttft, 1.0 - _NEAR_P99, axis=1)[:, None]
-        near = self.ttft >= edge
-        share = np.clip(self.wait / np.maximum(self.ttft, 1e-12), 0.0, 1.0)
-        out: FloatArray = (share * near).sum(axis=1) / np.maximum(near.sum(axis=1), 1)
-        return out
-
-
-def _physics(wl: WorkloadModel, configs: Sequence[TrialConfig], scales: FloatArray,
-             cost: StepCostModel, factors: ReplicaFactors) -> _Physics:
-    grid = ConfigGrid.of(configs)
-    closed = wl.mode == "closed"
-    st = solve_steady_state(wl, grid, cost, factors, None if closed else scales * wl.base_rate)
-    lat = latency(wl, grid, cost, factors, st, scales)
-    # an unstable queue's steps and waits are unbounded: a large finite time keeps the counts
-    # well defined (such a row misses every bound)
-    ttft = _finite(measured_ttft(wl, grid, lat, st))
-    return _Physics(_finite(lat.durations), _finite(lat.weights), lat.stall_from,
-                    np.maximum(_finite(st.b), 1.0), ttft,
-                    _finite(measured_ttft(wl, grid, lat, st, wait=True)), lat.feasible,
-                    _slow_runs(ttft), lifetimes(wl, lat, scales))
-
-
-def _slow_runs(ttft: FloatArray) -> FloatArray:
-    """Per row, the mean length of the runs (in arrival order) of requests among the slowest
-    :data:`_NEAR_P99`: a queue that builds up delays the requests arriving into it together,
-    so the TTFTs above a level come in runs, and how many exceed it varies by whole runs."""
-    edge = np.quantile(ttft, 1.0 - _NEAR_P99, axis=1)[:, None]
-    slow = ttft >= edge
-    starts = slow[:, :1].astype(np.float64).sum(axis=1) + (slow[:, 1:] & ~slow[:, :-1]).sum(axis=1)
-    out: FloatArray = np.maximum(slow.sum(axis=1) / np.maximum(starts, 1.0), 1.0)
-    return out
-
-
-def _finite(values: FloatArray) -> FloatArray:
-    out: FloatArray = np.nan_to_num(values, nan=0.0, posinf=_UNBOUNDED_S, neginf=0.0)
-    return out
 
 
 def _weight_above(values: FloatArray, weights: FloatArray, x: FloatArray) -> FloatArray:
@@ -174,7 +106,7 @@ def _weight_above(values: FloatArray, weights: FloatArray, x: FloatArray) -> Flo
     return out
 
 
-def _p99_cdf(tail: str, ph: _Physics, x: FloatArray) -> FloatArray:
+def _p99_cdf(tail: str, ph: Physics, x: FloatArray) -> FloatArray:
     """P(measured p99 <= x) (x in s, (K, X)) with the physics' gaps or TTFTs as they are:
     the count above x against the 1% allowed, a normal approximation whose variance counts
     the stalled gaps' clusters, and the runs of requests one queue episode delays together
@@ -218,7 +150,7 @@ class _Spread:
         return out
 
 
-def _spread(tail: str, ph: _Physics, mean: FloatArray, var: FloatArray) -> _Spread:
+def _spread(tail: str, ph: Physics, mean: FloatArray, var: FloatArray) -> _Spread:
     """The measured p99's distribution when every gap (or TTFT) is scaled by exp(r),
     r ~ N(mean, var) per row: the sampling CDF averaged over Gauss-Hermite nodes of r."""
     values = ph.durations if tail == "itl_p99_ms" else ph.ttft
@@ -248,7 +180,7 @@ class _Sites:
     configs: tuple[TrialConfig, ...]
     z: FloatArray
     slope: FloatArray
-    share: FloatArray  # the p99's share owed to stalls (ITL) or waiting (TTFT): _Physics.share
+    share: FloatArray  # the p99's share owed to stalls (ITL) or waiting (TTFT): Physics.share
     block: int = 1     # the draft block the window is measured in (residual.similarity)
 
     def alike(self, other: _Sites) -> FloatArray:
@@ -487,7 +419,7 @@ class TailModel:
         rows = [TailReading(c, float(s), math.nan, math.nan)
                 for c, s in zip(configs, scales, strict=True)]
         scale = _scales(self.workload, rows)
-        ph = _physics(self.workload, list(configs), scale, self.cost, self.factors)
+        ph = physics(self.workload, list(configs), scale, self.cost, self.factors)
         slopes = _elasticity(self.workload, list(configs), scale, self.cost, self.factors, ph)
         zero = np.zeros(len(rows))
         rises = _rise(self.workload, list(configs), self.cost, self.factors,
@@ -559,7 +491,7 @@ def _settle(wl: WorkloadModel, cost: StepCostModel, factors: ReplicaFactors,
     timed = [r for r in rows if math.isfinite(r.lifetime_s) and r.lifetime_s > 0]
     if not timed or not wl.find_capacity:
         return SettleCalibration()
-    ph = _physics(wl, [r.config for r in timed], _scales(wl, timed), cost, factors)
+    ph = physics(wl, [r.config for r in timed], _scales(wl, timed), cost, factors)
     model = ph.lifetime if ph.lifetime is not None else np.full(len(timed), np.nan)
     return SettleCalibration.fit([math.log(r.lifetime_s / m) if 0 < m < math.inf else math.nan
                                   for r, m in zip(timed, model, strict=True)])
@@ -569,9 +501,9 @@ def _physics_medians(wl: WorkloadModel, configs: Sequence[TrialConfig], scale: F
                      cost: StepCostModel, factors: ReplicaFactors
                      ) -> dict[str, tuple[FloatArray, ...]]:
     """Per tail, the physics' log median p99 (s), its 16th and 84th percentiles (sampling
-    alone), its elasticity and the p99's share owed to stalls or waiting (:meth:`_Physics.share`)
+    alone), its elasticity and the p99's share owed to stalls or waiting (:meth:`Physics.share`)
     at each (config, rate)."""
-    ph = _physics(wl, configs, scale, cost, factors)
+    ph = physics(wl, configs, scale, cost, factors)
     slopes = _elasticity(wl, configs, scale, cost, factors, ph)
     zero = np.zeros(len(configs))
     out: dict[str, tuple[FloatArray, ...]] = {}
@@ -592,7 +524,7 @@ def _rise(wl: WorkloadModel, configs: Sequence[TrialConfig], cost: StepCostModel
     if wl.mode == "closed" or not configs:
         return {tail: np.zeros(len(configs)) for tail in TAILS}
     unique = list(dict.fromkeys(configs))
-    ph = _physics(wl, unique, np.full(len(unique), MIN_SCALE), cost, factors)
+    ph = physics(wl, unique, np.full(len(unique), MIN_SCALE), cost, factors)
     zero = np.zeros(len(unique))
     index = np.asarray([unique.index(c) for c in configs])
     out = {}
@@ -603,14 +535,14 @@ def _rise(wl: WorkloadModel, configs: Sequence[TrialConfig], cost: StepCostModel
 
 
 def _elasticity(wl: WorkloadModel, configs: Sequence[TrialConfig], scale: FloatArray,
-                cost: StepCostModel, factors: ReplicaFactors, ph: _Physics
+                cost: StepCostModel, factors: ReplicaFactors, ph: Physics
                 ) -> dict[str, FloatArray]:
     """d log p99 / d log rate of the physics' median at each row (0 in a closed loop, whose
     load is the concurrency), by a step of :data:`_ELASTICITY_STEP` in rate, at most
     :data:`_MAX_ELASTICITY`."""
     if wl.mode == "closed":
         return {tail: np.zeros(len(configs)) for tail in TAILS}
-    faster = _physics(wl, configs, scale * math.exp(_ELASTICITY_STEP), cost, factors)
+    faster = physics(wl, configs, scale * math.exp(_ELASTICITY_STEP), cost, factors)
     zero = np.zeros(len(configs))
     out = {}
     for tail in TAILS:

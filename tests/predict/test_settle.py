@@ -12,7 +12,8 @@ from autotune.acceptance import AcceptanceModel
 from autotune.predict import ConfigGrid, ReplicaFactors, StepCostModel, WorkloadModel
 from autotune.predict.facts import kimi_h200_facts
 from autotune.predict.replica import predict_replica, reading_spans
-from autotune.predict.tail import TailModel, TailReading, _physics
+from autotune.predict.tail import TailModel, TailReading
+from autotune.predict.tail_physics import physics
 from autotune.slo import SETTLE_LIFETIMES
 from autotune.types import Request, Slo, TrialConfig
 
@@ -39,7 +40,7 @@ def _workload(n: int, window_s: float | None = 60.0) -> WorkloadModel:
 
 
 def _lifetime(wl: WorkloadModel, scale: float) -> float:
-    ph = _physics(wl, [CONFIG], np.asarray([scale]), COST, ReplicaFactors())
+    ph = physics(wl, [CONFIG], np.asarray([scale]), COST, ReplicaFactors())
     assert ph.lifetime is not None
     return float(ph.lifetime[0])
 

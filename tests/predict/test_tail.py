@@ -17,22 +17,21 @@ from autotune.predict.tail import (
     TailModel,
     TailReading,
     _p99_cdf,
-    _Physics,
-    _slow_runs,
     replay_tail_keys,
     tail_readings,
 )
+from autotune.predict.tail_physics import Physics, slow_runs
 from autotune.types import Request, Slo, TrialConfig
 
 PLAIN_S, STALL_S, BOUND_S = 0.010, 0.100, 0.050
 GAPS = 2000
 
 
-def _mixture(stalled_share: float, cluster: float) -> _Physics:
+def _mixture(stalled_share: float, cluster: float) -> Physics:
     """Gaps of a replay: plain 10 ms steps and 100 ms chunk steps, one chunk stalling
     ``cluster`` gaps at once."""
     stalled = stalled_share * GAPS
-    return _Physics(durations=np.asarray([[PLAIN_S, STALL_S]]),
+    return Physics(durations=np.asarray([[PLAIN_S, STALL_S]]),
                     weights=np.asarray([[GAPS - stalled, stalled]]), stall_from=1,
                     cluster=np.asarray([cluster]), ttft=np.zeros((1, 1)), wait=np.zeros((1, 1)),
                     feasible=np.asarray([True]))
@@ -175,8 +174,8 @@ def test_slow_requests_that_queue_together_count_as_one_run() -> None:
     together[0, 50:54] = 10.0
     apart = np.ones((1, 200))
     apart[0, [10, 60, 110, 160]] = 10.0
-    assert _slow_runs(together)[0] == 4.0
-    assert _slow_runs(apart)[0] == 1.0
+    assert slow_runs(together)[0] == 4.0
+    assert slow_runs(apart)[0] == 1.0
 
 
 def test_the_batched_size_search_picks_what_one_size_at_a_time_picks() -> None:
