@@ -39,7 +39,8 @@ if TYPE_CHECKING:  # numpy is imported where arrays are judged: read-only comman
     BoolArray = npt.NDArray[np.bool_]
 
 __all__ = ["KEPT_UP", "MAX_SCALE", "MIN_SCALE", "P99_CONFIDENCE", "RESOLUTION", "SETTLE_LIFETIMES",
-           "Slo", "SloCheck", "SloVerdict", "first_step", "itl_independent_gaps", "lifetime_s",
+           "Slo", "SloCheck", "SloVerdict", "busiest_slices", "first_step", "itl_independent_gaps",
+           "lifetime_s",
            "margin_from_summary", "p99_interval_ms", "predicted_readings", "quantile_ms",
            "values_to_bound"]
 
@@ -61,6 +62,22 @@ def lifetime_s(median_e2e_s: float, duration_s: float, window_s: float) -> float
     measured span's time after its window of arrivals, ``duration_s`` - ``window_s``). A window
     of :data:`SETTLE_LIFETIMES` of them is a sustained reading."""
     return max(median_e2e_s, duration_s - window_s)
+
+def busiest_slices(arrivals: FloatArray, lengths: FloatArray) -> tuple[Any, Any]:
+    """Per length, ``(i, j)``: the contiguous run ``arrivals[i:j]`` (sorted, seconds) spanning at
+    most that length that holds the most arrivals, the earliest such run on a tie; as two
+    integer arrays of the lengths' shape. The slice a capacity reading replays
+    (:mod:`autotune.orchestrate.capacity_window`) and the replica model predicts."""
+    import numpy as np
+
+    a = np.asarray(arrivals, dtype=np.float64)
+    lengths = np.asarray(lengths, dtype=np.float64)
+    if a.size == 0:
+        zero = np.zeros(lengths.shape, dtype=np.int64)
+        return zero, zero
+    ends = np.searchsorted(a, a + lengths[..., None], side="right")  # (..., N)
+    start = np.argmax(ends - np.arange(a.size), axis=-1)
+    return start, np.take_along_axis(ends, start[..., None], axis=-1)[..., 0]
 
 #: One-sided confidence of a verdict: *met* says the p99 is within its bound, *missed* that it is
 #: over it, each with this confidence (the two ends of a central interval of 2 × this - 1).

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from autotune.errors import ConfigError
-from autotune.slo import SETTLE_LIFETIMES, lifetime_s
+from autotune.slo import SETTLE_LIFETIMES, busiest_slices, lifetime_s
 from autotune.types import Measurement, Request
 
 __all__ = ["SETTLE_LIFETIMES", "busiest_slice", "check_window", "lifetime_s", "reading_lifetime",
@@ -39,15 +39,12 @@ __all__ = ["SETTLE_LIFETIMES", "busiest_slice", "check_window", "lifetime_s", "r
 
 def busiest_slice(arrivals: Sequence[float], length: float) -> tuple[int, int]:
     """``(i, j)``: the contiguous run ``arrivals[i:j]`` (sorted) spanning at most ``length``
-    seconds that holds the most arrivals; the earliest such run on a tie."""
-    best = (0, min(1, len(arrivals)))
-    i = 0
-    for j in range(len(arrivals)):
-        while arrivals[j] - arrivals[i] > length:
-            i += 1
-        if j + 1 - i > best[1] - best[0]:
-            best = (i, j + 1)
-    return best
+    seconds that holds the most arrivals; the earliest such run on a tie
+    (:func:`autotune.slo.busiest_slices`)."""
+    import numpy as np
+
+    i, j = busiest_slices(np.asarray(arrivals, dtype=np.float64), np.asarray(length))
+    return int(i), int(j)
 
 
 def _slice(requests: Sequence[Request], scale: float, window_s: float | None

@@ -34,10 +34,10 @@ from autotune.predict.steady_state import SteadyState, solve_steady_state
 from autotune.predict.step_cost import StepCostModel
 from autotune.predict.trace_replay import trace_replay_latency
 from autotune.predict.workload import ConfigGrid, ReplicaFactors, WorkloadModel
-from autotune.slo import MAX_SCALE, MIN_SCALE, SETTLE_LIFETIMES, lifetime_s
+from autotune.slo import MAX_SCALE, MIN_SCALE, SETTLE_LIFETIMES, busiest_slices, lifetime_s
 
 __all__ = ["ReplicaOutcomes", "latency", "lifetimes", "measured_ttft", "predict_replica",
-           "reading_spans", "settle_margins"]
+           "settle_margins"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -84,41 +84,55 @@ def measured_ttft(wl: WorkloadModel, grid: ConfigGrid, lat: PredictedLatency,
     return ttft
 
 
-def lifetimes(wl: WorkloadModel, lat: PredictedLatency, scale: FloatArray) -> FloatArray:
+def _windows(wl: WorkloadModel, scale: FloatArray) -> npt.NDArray[np.bool_]:
+    """(K, N): the requests a capacity reading at each ``scale`` measures: the busiest slice of
+    the sample whose arrivals fit in ``replay.window_s`` at that rate (the measured requests
+    when there is no window or the whole sample fits), as the reading picks it
+    (:func:`autotune.slo.busiest_slices`)."""
+    n = wl.arrival.size
+    if wl.window_s is None or n == 0:
+        return np.broadcast_to(wl.measured, (scale.size, n))
+    i, j = busiest_slices(wl.arrival, wl.window_s * scale)
+    idx = np.arange(n)
+    inside = (idx >= i[:, None]) & (idx < j[:, None])
+    whole = (i == 0) & (j == n)
+    out: npt.NDArray[np.bool_] = np.where(whole[:, None], wl.measured[None, :], inside)
+    return out
+
+
+def lifetimes(wl: WorkloadModel, lat: PredictedLatency, scale: FloatArray
+              ) -> tuple[FloatArray, FloatArray]:
     """Per config, the request lifetime (s) a capacity reading at ``scale`` measures
-    (:func:`autotune.slo.lifetime_s`: the measured requests' median E2E or, when longer, the
-    drain after their last arrival); NaN without completion times (a closed loop)."""
+    (:func:`autotune.slo.lifetime_s`: its requests' median E2E or, when longer, the drain
+    after their last arrival), and the replica seconds its arrivals span; over the requests
+    the reading replays (:func:`_windows`). NaN without completion times (a closed loop)."""
+    k = lat.ttft.shape[0]
     if lat.end is None or not wl.measured.any():
-        return np.full(lat.ttft.shape[0], np.nan)
-    arrive = wl.arrival[wl.measured][None, :] / scale[:, None]
-    end = lat.end[:, wl.measured]
-    e2e = np.median(end - arrive, axis=1)
-    duration, span = end.max(axis=1) - arrive[:, 0], arrive[:, -1] - arrive[:, 0]
-    return np.asarray([lifetime_s(float(e), float(d), float(w))
-                       for e, d, w in zip(e2e, duration, span, strict=True)])
+        return np.full(k, np.nan), np.full(k, np.nan)
+    win = _windows(wl, scale)
+    arrive = wl.arrival[None, :] / scale[:, None]
+    e2e = np.nanmedian(np.where(win, lat.end - arrive, np.nan), axis=1)
+    first = np.min(np.where(win, arrive, np.inf), axis=1)
+    last = np.max(np.where(win, arrive, -np.inf), axis=1)
+    done = np.max(np.where(win, lat.end, -np.inf), axis=1)
+    life = np.asarray([lifetime_s(float(e), float(d - f), float(w - f))
+                       for e, d, f, w in zip(e2e, done, first, last, strict=True)])
+    return life, last - first
 
 
-def reading_spans(wl: WorkloadModel, scale: FloatArray) -> FloatArray:
-    """Replica seconds over which a capacity reading at ``scale`` receives its measured
-    arrivals: the sample's span at that rate, at most the reading's window
-    (:mod:`autotune.orchestrate.capacity_window`: the busiest slice that fits in it)."""
-    span: FloatArray = wl.span / np.maximum(scale, 1e-12)
-    return np.minimum(span, wl.window_s) if wl.window_s is not None else span
-
-
-def settle_margins(wl: WorkloadModel, life: FloatArray, scale: FloatArray) -> FloatArray:
-    """Per row, log(:data:`~autotune.slo.SETTLE_LIFETIMES` × ``life`` / span): <= 0 when a
-    capacity reading at ``scale`` whose requests live ``life`` s (:func:`lifetimes`) is a
-    sustained rate (its window spans the lifetimes the queue and batch need to settle), > 0
-    when it would only drain a burst, which the reading does not credit
-    (:func:`autotune.orchestrate.capacity_window.settle_margin`); -inf where no lifetime is
-    known (a closed loop, which reads no capacity), +inf where it is unbounded."""
+def settle_margins(life: FloatArray, span: FloatArray) -> FloatArray:
+    """Per row, log(:data:`~autotune.slo.SETTLE_LIFETIMES` × ``life`` / ``span``): <= 0 when a
+    capacity reading whose requests live ``life`` s and arrive over ``span`` s
+    (:func:`lifetimes`) is a sustained rate (its window spans the lifetimes the queue and
+    batch need to settle), > 0 when it would only drain a burst, which the reading does not
+    credit (:func:`autotune.orchestrate.capacity_window.settle_margin`); -inf where no
+    lifetime is known (a closed loop, which reads no capacity)."""
     life = np.asarray(life, dtype=np.float64)
     known = ~np.isnan(life)
-    span = np.maximum(reading_spans(wl, scale), 1e-12)
     out: FloatArray = np.full(life.shape, -np.inf)
     with np.errstate(divide="ignore"):
-        out[known] = np.log(SETTLE_LIFETIMES * np.maximum(life[known], 1e-12) / span[known])
+        out[known] = np.log(SETTLE_LIFETIMES * np.maximum(life[known], 1e-12)
+                            / np.maximum(np.asarray(span, dtype=np.float64)[known], 1e-12))
     return out
 
 
@@ -128,7 +142,7 @@ def _meets(wl: WorkloadModel, lat: PredictedLatency, scale: FloatArray
     reading a sustained rate (:func:`settle_margins`)."""
     ok = lat.feasible.copy()
     if wl.find_capacity:
-        ok &= settle_margins(wl, lifetimes(wl, lat, scale), scale) <= 0
+        ok &= settle_margins(*lifetimes(wl, lat, scale)) <= 0
     slo = wl.slo
     if slo.itl_p99_ms is not None:
         over = (lat.weights * (lat.durations * 1000.0 > slo.itl_p99_ms)).sum(axis=1)

@@ -437,8 +437,8 @@ class TailModel:
             chance[tail] = (np.ones(len(rows)) if bound is None
                             else spread.at(math.log(bound / 1000.0)))
         sustained = None
-        if self.workload.find_capacity and ph.lifetime is not None:
-            sustained = self.settle.chance(settle_margins(self.workload, ph.lifetime, scale))
+        if self.workload.find_capacity and ph.lifetime is not None and ph.span is not None:
+            sustained = self.settle.chance(settle_margins(ph.lifetime, ph.span))
         return TailForecast(tuple(configs), scale, level, median, low, high, chance, sustained)
 
 

@@ -40,8 +40,10 @@ class Physics:
     feasible: npt.NDArray[np.bool_]
     #: (K,) requests one queue episode makes slow together (:func:`slow_runs`); None: 1
     ttft_cluster: FloatArray | None = None
-    #: (K,) the request lifetime a capacity reading measures (s; NaN: none, a closed loop)
+    #: (K,) the request lifetime a capacity reading measures (s; NaN: none, a closed loop),
+    #: and the replica seconds its arrivals span
     lifetime: FloatArray | None = None
+    span: FloatArray | None = None
 
     def share(self, tail: str) -> FloatArray:
         """Per row, the share of the p99's neighbourhood (the slowest :data:`NEAR_P99` of the
@@ -72,7 +74,7 @@ def physics(wl: WorkloadModel, configs: Sequence[TrialConfig], scales: FloatArra
     return Physics(finite(lat.durations), finite(lat.weights), lat.stall_from,
                     np.maximum(finite(st.b), 1.0), ttft,
                     finite(measured_ttft(wl, grid, lat, st, wait=True)), lat.feasible,
-                    slow_runs(ttft), lifetimes(wl, lat, scales))
+                    slow_runs(ttft), *lifetimes(wl, lat, scales))
 
 
 def slow_runs(ttft: FloatArray) -> FloatArray:

@@ -11,7 +11,7 @@ import numpy as np
 from autotune.acceptance import AcceptanceModel
 from autotune.predict import ConfigGrid, ReplicaFactors, StepCostModel, WorkloadModel
 from autotune.predict.facts import kimi_h200_facts
-from autotune.predict.replica import predict_replica, reading_spans
+from autotune.predict.replica import predict_replica
 from autotune.predict.tail import TailModel, TailReading
 from autotune.predict.tail_physics import physics
 from autotune.slo import SETTLE_LIFETIMES
@@ -39,10 +39,12 @@ def _workload(n: int, window_s: float | None = 60.0) -> WorkloadModel:
                          kv_tokens=FACTS.kv_cache_tokens(), window_s=window_s)
 
 
-def _lifetime(wl: WorkloadModel, scale: float) -> float:
+def _lifetime(wl: WorkloadModel, scale: float) -> tuple[float, float]:
+    """The model's lifetime of CONFIG's requests in a capacity reading at ``scale``, and the
+    replica seconds the reading's arrivals span."""
     ph = physics(wl, [CONFIG], np.asarray([scale]), COST, ReplicaFactors())
-    assert ph.lifetime is not None
-    return float(ph.lifetime[0])
+    assert ph.lifetime is not None and ph.span is not None
+    return float(ph.lifetime[0]), float(ph.span[0])
 
 
 def test_a_sample_spanning_few_lifetimes_caps_the_capacity_a_reading_can_credit() -> None:
@@ -53,19 +55,17 @@ def test_a_sample_spanning_few_lifetimes_caps_the_capacity_a_reading_can_credit(
     # 40 requests at 4 req/s arrive within ~10 s: at the rate the long sample is credited with,
     # they span fewer than the lifetimes a sustained reading needs
     assert capacity["short"] < capacity["long"] / 1.5, capacity
-    at = capacity["short"]
-    span = float(reading_spans(short, np.asarray([at]))[0])
-    assert SETTLE_LIFETIMES * _lifetime(short, at) <= span * 1.01
+    life, span = _lifetime(short, capacity["short"])
+    assert SETTLE_LIFETIMES * life <= span * 1.01
     # and a little faster, it would not be
-    faster = at * 1.1
-    assert SETTLE_LIFETIMES * _lifetime(short, faster) > float(
-        reading_spans(short, np.asarray([faster]))[0])
+    life, span = _lifetime(short, capacity["short"] * 1.1)
+    assert SETTLE_LIFETIMES * life > span
 
 
 def _timed(wl: WorkloadModel, scales: list[float], ratio: float) -> list[TailReading]:
     """Readings of CONFIG whose lifetimes are ``ratio`` times the model's."""
-    return [TailReading(CONFIG, s, math.nan, math.nan, _lifetime(wl, s) * ratio,
-                        float(reading_spans(wl, np.asarray([s]))[0])) for s in scales]
+    return [TailReading(CONFIG, s, math.nan, math.nan, _lifetime(wl, s)[0] * ratio,
+                        _lifetime(wl, s)[1]) for s in scales]
 
 
 def test_lifetimes_read_longer_than_the_model_lower_the_chance_a_reading_is_sustained() -> None:
