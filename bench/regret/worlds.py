@@ -79,7 +79,10 @@ SPENT: dict[str, str] = {
     "llama-3.1-8b@1xA10G/eagle3": "scored at 6ad7e10 (bench/results/regret/"
                                   "regret-held-out-llama-3.1-8b-a10g-6ad7e10.json, "
                                   "regret-binding-held-out-llama-3.1-8b-a10g-6ad7e10.json); "
-                                  "changes after it are judged in-sample"}
+                                  "changes after it are judged in-sample",
+    "llama-3.1-70b@2xH200-tp2/eagle3": "scored at f37a314, the search of fecbcf2 (bench/results/"
+                                       "regret/regret-held-out-llama-3.1-70b-2xh200-"
+                                       "f37a314.json); changes after it are judged in-sample"}
 
 #: The worlds the search (the guided strategy and its predictor) was tuned on: every change to
 #: it was judged by regret runs over them (bench/results/HISTORY.md, 2026-11-29 to 2026-12-05:
