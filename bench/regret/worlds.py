@@ -82,7 +82,9 @@ SPENT: dict[str, str] = {
                                   "changes after it are judged in-sample",
     "llama-3.1-70b@2xH200-tp2/eagle3": "scored at f37a314, the search of fecbcf2 (bench/results/"
                                        "regret/regret-held-out-llama-3.1-70b-2xh200-"
-                                       "f37a314.json); changes after it are judged in-sample"}
+                                       "f37a314.json, regret-binding-held-out-llama-3.1-70b-"
+                                       "2xh200-f37a314.json); changes after it are judged "
+                                       "in-sample"}
 
 #: The worlds the search (the guided strategy and its predictor) was tuned on: every change to
 #: it was judged by regret runs over them (bench/results/HISTORY.md, 2026-11-29 to 2026-12-05:
