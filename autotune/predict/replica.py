@@ -42,8 +42,11 @@ __all__ = ["ReplicaOutcomes", "latency", "lifetimes", "measured_ttft", "predict_
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
-_BISECTIONS = 13
-_PRUNE_AFTER = 4
+#: the rates a capacity is first looked for at (MIN_SCALE to MAX_SCALE in steps of 4x), the
+#: halvings of the step found, and after how many of them configs far below the best stop
+_COARSE = 7
+_BISECTIONS = 10
+_PRUNE_AFTER = 2
 #: Share of ITL gaps / requests allowed above the SLO for the p99 to meet it.
 _TAIL = 0.01
 
@@ -219,27 +222,37 @@ def predict_replica(wl: WorkloadModel, grid: ConfigGrid, cost: StepCostModel,
     """The model's reading of every config: at capacity (trace with find_capacity), at the
     given ``scale`` when passed, else at the policy's time scale or concurrency.
 
-    The capacity is bisected on the log scale; after a few halvings, configs whose capacity
-    is below half of the best one's are no longer refined (they cannot be near the top).
+    The capacity is the fastest rate met, as a capacity reading credits it: the fastest of
+    :data:`_COARSE` rates from :data:`~autotune.slo.MIN_SCALE` up that meets the SLO, then
+    bisected on the log scale up to the next (which missed). Met need not fall with the rate
+    (at the slowest rates a window holds few requests, and one long request's drain can leave
+    a reading unsustained where faster ones settle: :func:`settle_margins`), so a config has a
+    capacity when any of those rates is met, not only the slowest. After a few halvings,
+    configs whose capacity is below half of the best one's are no longer refined (they cannot
+    be near the top).
     """
     k = len(grid)
     if scale is not None:
         return _read(wl, grid, cost, factors, scale, objective)
     if not wl.find_capacity:
         return _read(wl, grid, cost, factors, np.full(k, wl.time_scale), objective)
-    lo = np.full(k, math.log(MIN_SCALE))
-    hi = np.full(k, math.log(MAX_SCALE))
-    base_ok, _ = _feasible_at(wl, grid, cost, factors, np.exp(lo), None)
-    top_ok, _ = _feasible_at(wl, grid, cost, factors, np.exp(hi), None)
-    lo = np.where(top_ok, hi, lo)
-    active = np.arange(k)
+    coarse = np.linspace(math.log(MIN_SCALE), math.log(MAX_SCALE), _COARSE)
+    met = np.vstack([_feasible_at(wl, grid, cost, factors, np.full(k, math.exp(c)), None)[0]
+                     for c in coarse])
+    any_met = met.any(axis=0)
+    top = np.where(any_met, (_COARSE - 1) - np.argmax(met[::-1], axis=0), 0)
+    lo = coarse[top]
+    hi = np.where(top < _COARSE - 1, coarse[np.minimum(top + 1, _COARSE - 1)], coarse[top])
+    active = np.arange(k)[any_met & (hi > lo)]
     for i in range(bisections):
         if i == _PRUNE_AFTER:
             active = active[hi[active] >= lo.max() - math.log(2.0)]
+        if not active.size:
+            break
         sub = grid if active.size == k else _subgrid(grid, active)
         mid = (lo[active] + hi[active]) / 2.0
         ok, _ = _feasible_at(wl, sub, cost, factors, np.exp(mid), None)
         lo[active] = np.where(ok, mid, lo[active])
         hi[active] = np.where(ok, hi[active], mid)
     out = _read(wl, grid, cost, factors, np.exp(lo), objective)
-    return replace(out, feasible=base_ok & out.feasible)
+    return replace(out, feasible=any_met & out.feasible)

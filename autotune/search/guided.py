@@ -187,16 +187,30 @@ _FINE = 4
 _REFINED = 3
 
 
+def at_least(curve: Mapping[float, float]) -> dict[float, float]:
+    """P(capacity >= s) at each rate s of ``curve`` (the chance a reading at each rate meets
+    the SLO): a capacity reading credits the fastest rate it reads met, so the capacity is at
+    least s when some rate from s up is met — the largest chance from s up. The chance itself
+    need not fall with the rate: at the slowest rates a window holds few requests, and the
+    drain of one long request can leave a reading there unsustained where faster ones settle
+    (:mod:`autotune.predict.settle`); the reading, starting near the knee, never goes there."""
+    out, top = {}, 0.0
+    for s in sorted(curve, reverse=True):
+        top = max(top, curve[s])
+        out[s] = top
+    return out
+
+
 def capacity_hint(scales: Sequence[float], chances: Sequence[float]) -> CapacityHint:
     """Where the capacity lies, from the chance a reading meets the SLO at each of ``scales``
-    (ascending): P(capacity >= s) is that chance, so its median is where the chance crosses
-    1/2 and the sd of its log half the distance between the crossings of 84% and 16%
+    (ascending): P(capacity >= s) (:func:`at_least`), so its median is where that crosses 1/2
+    and the sd of its log half the distance between the crossings of 84% and 16%
     (interpolated in log rate; at the ends of ``scales`` when it does not cross)."""
     import numpy as np
 
     log_s = np.log(np.asarray(scales, dtype=np.float64))
-    # P(capacity >= s) cannot grow with s; interpolate on the falling curve
-    met = np.minimum.accumulate(np.asarray(chances, dtype=np.float64))
+    reach = at_least(dict(zip(scales, chances, strict=True)))
+    met = np.asarray([reach[s] for s in scales], dtype=np.float64)
 
     def crossing(level: float) -> float:
         return float(np.interp(-level, -met - 1e-9 * np.arange(met.size), log_s))
@@ -262,7 +276,7 @@ class Guide:
         """Per config, the tail model's chance that a reading meets the SLO at the rate to
         serve, and at the slowest rate a capacity reading tries (:data:`MIN_SCALE` of it: the
         chance of any capacity; without a capacity reading, the chance at the rate replayed)."""
-        curves = self._curves(configs)
+        curves = [at_least(c) for c in self._curves(configs)]
         return [c[self.predictor.target] for c in curves], [c[min(c)] for c in curves]
 
     def _curves(self, configs: Sequence[TrialConfig]) -> list[dict[float, float]]:
@@ -319,9 +333,11 @@ class Guide:
         at = self.predictor.target if standard is Standard.AT_TARGET else MIN_SCALE
 
         def chance_at(curve: dict[float, float], rate: float) -> float:
-            # a request longer than max_model_len fails everywhere
-            return 0.0 if self.predictor.too_long else curve[min(curve,
-                                                                   key=lambda s: abs(s - rate))]
+            # P(capacity >= rate); a request longer than max_model_len fails everywhere
+            if self.predictor.too_long:
+                return 0.0
+            reach = at_least(curve)
+            return reach[min(reach, key=lambda s: abs(s - rate))]
 
         per_scale = self._per_scale() if capacity else None
 

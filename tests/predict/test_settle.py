@@ -14,7 +14,7 @@ from autotune.predict.facts import kimi_h200_facts
 from autotune.predict.replica import predict_replica
 from autotune.predict.tail import TailModel, TailReading
 from autotune.predict.tail_physics import physics
-from autotune.slo import SETTLE_LIFETIMES
+from autotune.slo import MIN_SCALE, SETTLE_LIFETIMES
 from autotune.types import Request, Slo, TrialConfig
 
 FACTS = kimi_h200_facts()
@@ -90,3 +90,29 @@ def test_lifetimes_read_longer_than_the_model_lower_the_chance_a_reading_is_sust
     # the chance a reading credits the rate includes it
     fc = slow.predict([CONFIG], [at])
     assert float(fc.chance_met[0]) <= chance(slow)
+
+
+def _bursts(n: int) -> WorkloadModel:
+    """Bursty traffic: 5 requests within 0.1 s every 10 s, long outputs. At the slowest rate
+    a reading tries, its window holds one burst, which arrives in a moment and drains over a
+    request's lifetime."""
+    rng = np.random.default_rng(11)
+    reqs = [Request(id=str(i), prompt_tokens=int(rng.integers(200, 3000)),
+                    output_tokens=int(rng.integers(300, 900)),
+                    arrival_s=10.0 * (i // 5) + 0.02 * (i % 5), acceptance=(0.7,) * 4)
+            for i in range(n)]
+    return WorkloadModel(reqs, AcceptanceModel.from_requests(reqs, 4), warmup=0, slo=SLO,
+                         kv_tokens=FACTS.kv_cache_tokens(), window_s=60.0)
+
+
+def test_a_capacity_is_the_fastest_rate_met_though_the_slowest_rate_only_drains_a_burst(
+) -> None:
+    wl = _bursts(200)
+    life, span = _lifetime(wl, MIN_SCALE)
+    assert SETTLE_LIFETIMES * life > span  # the slowest rate's reading is not sustained
+    out = predict_replica(wl, ConfigGrid.of([CONFIG]), COST, ReplicaFactors(), "goodput")
+    # yet faster readings settle: the config has a capacity, well above the slowest rate
+    assert bool(out.feasible[0])
+    assert float(out.scale[0]) > 4 * MIN_SCALE
+    life, span = _lifetime(wl, float(out.scale[0]))
+    assert SETTLE_LIFETIMES * life <= span * 1.01

@@ -14,7 +14,7 @@ from autotune.objective import Outcome
 from autotune.policy import Policy, policy_from_mapping
 from autotune.predict import Observation, Prediction
 from autotune.search import Searcher, open_search
-from autotune.search.guided import Guide, GuidedStrategy, make_guide
+from autotune.search.guided import Guide, GuidedStrategy, capacity_hint, make_guide
 from autotune.slo import MIN_SCALE
 from autotune.types import PEAK_IN_FLIGHT, AcceptanceCounts, Request, TrialConfig
 
@@ -535,3 +535,15 @@ def test_a_capacity_the_tail_puts_below_the_throughput_holds_the_improvement_dow
     # with no incumbent, the mean of the smaller
     mean = float(np.exp(np.minimum(v1, v2)).mean())
     assert _expected_improvement(p, 0.0, (math.log(10.0), 0.3)) == pytest.approx(mean, rel=0.01)
+
+
+def test_a_capacity_lies_at_the_fastest_rate_likely_met_though_the_slowest_may_not_settle(
+) -> None:
+    # bursty traffic: at the slowest rates a window holds one burst, which only drains; the
+    # reading credits the fastest rate met, so the capacity is where the chance falls for good
+    scales = [1 / 64, 1 / 16, 1 / 4, 1.0, 4.0]
+    hint = capacity_hint(scales, [0.1, 0.9, 0.95, 0.2, 0.0])
+    assert 1 / 4 < hint.scale < 1.0
+    # a falling chance is read as before: it crosses 1/2 between 1/16 and 1/4
+    hint = capacity_hint(scales, [0.99, 0.9, 0.1, 0.0, 0.0])
+    assert 1 / 16 < hint.scale < 1 / 4
