@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -37,10 +38,10 @@ def run(*args: str | Path) -> tuple[int, str, str]:
 def test_start_once_recommends_and_exports_every_workload(
         tmp_path: Path, small_sample: Path, quick_policy: Path, db_url: str) -> None:
     exports = tmp_path / "exports"
-    code, out, err = run("start", "--traffic", small_sample, "--policy", quick_policy,
-                         "--db", db_url, "--once", "--export-dir", exports, "--seed", "1")
+    code, started, err = run("start", "--traffic", small_sample, "--policy", quick_policy,
+                             "--db", db_url, "--once", "--export-dir", exports, "--seed", "1")
     assert code == 0, err
-    assert "recommendations" in out
+    assert "recommendations" in started
 
     code, out, _ = run("recommendations", "--db", db_url, "--format", "json")
     recs = json.loads(out)
@@ -71,7 +72,15 @@ def test_start_once_recommends_and_exports_every_workload(
                             "finished_at"}
     code, out, _ = run("trials", "--db", db_url, "--run", run_row["run"], "--format", "json")
     trials = json.loads(out)
-    assert len(trials) == 2 * len(workloads)
+    # every workload's trials are listed: its baseline, and its search's until it stopped, at
+    # the budget of 2 or by the guided stop rule, as the pass said of each
+    per_workload = Counter(t["workload"] for t in trials)
+    assert set(per_workload) == workloads and all(1 <= n <= 2 for n in per_workload.values())
+    said = " ".join(started.split())
+    spent = sum(1 for n in per_workload.values() if n == 2)
+    assert said.count("search stopped: budget of 2 trials spent") == spent
+    stopped = "search stopped: the best expected improvement left"
+    assert said.count(stopped) == len(workloads) - spent
     assert all(t["state"] == "complete" and t["metrics"]["requests"] > 0 for t in trials)
     assert sum(t["baseline"] for t in trials) == len(workloads)
 
