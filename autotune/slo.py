@@ -48,7 +48,8 @@ __all__ = ["KEPT_UP", "MAX_SCALE", "MIN_SCALE", "P99_CONFIDENCE", "RESOLUTION", 
 SLO_QUANTILE = 0.99
 
 #: A capacity replay that kept up with less than this share of its arrival rate fell behind:
-#: it misses the SLO whatever its p99s read (:func:`autotune.orchestrate.capacity.kept_up`).
+#: it misses the SLO whatever its p99s read (:func:`autotune.orchestrate.capacity.kept_up`,
+#: the most of the rate its queue allows at :data:`P99_CONFIDENCE`).
 KEPT_UP = 0.95
 
 #: A reading is a sustained rate when its window spans at least this many request lifetimes

@@ -17,7 +17,10 @@ A replay meets the SLO when every request completed, p99 TTFT and p99 ITL are wi
 offered rate queues the whole sample within a TTFT bound of several seconds, and would pass on
 p99s alone at a rate it cannot sustain (a longer sample at that rate misses any bound). How far
 it fell behind is read from its queue: the first-token times, in completion order, grow over
-the sample when requests wait longer and longer.
+the sample when requests wait longer and longer. A reading falls behind only when its queue
+shows it with :data:`~autotune.slo.P99_CONFIDENCE`: a window of a dozen requests whose long
+prompts happen to come late fits a rising line by chance, and its verdict is then undecided
+(``kept_up_estimate`` below :data:`KEPT_UP`, ``kept_up`` the most the queue allows, above).
 
 Going down, a replay that fell behind says how far: the fraction of the offered rate it kept
 up with estimates the rate it sustains. The next rate is that estimate when it is below half
@@ -66,7 +69,9 @@ from autotune.slo import (
     KEPT_UP,
     MAX_SCALE,
     MIN_SCALE,
+    P99_CONFIDENCE,
     RESOLUTION,
+    SloVerdict,
     predicted_readings,
     values_to_bound,
 )
@@ -90,7 +95,7 @@ def _arrival_span(schedule: ReplaySchedule) -> float:
     return max(times) - min(times) if len(times) > 1 else 0.0
 
 
-def kept_up(m: Measurement, arrival_span_s: float) -> float:
+def kept_up(m: Measurement, arrival_span_s: float, confidence: float | None = None) -> float:
     """The fraction of the offered rate the replay kept up with, read from its queue.
 
     A replica serving a fraction f of the rate takes span / f to serve what arrived in
@@ -99,6 +104,11 @@ def kept_up(m: Measurement, arrival_span_s: float) -> float:
     from the completed requests' first-token times in completion order (a Theil-Sen line, which
     the odd long prefill does not tilt): about 0 at any rate the replica sustains, however long
     each request takes. 1 when the queue did not grow; ``nan`` when it cannot be read.
+
+    With ``confidence``, the most of the rate the queue lets one say the replay kept up with:
+    the high end of a one-sided interval at that confidence (from the interval of the line's
+    slope). A handful of first-token times, some of them long prefills of their own, fit a
+    line of any slope between flat and steep; a verdict of falling behind must rest on more.
     """
     import numpy as np
     from scipy.stats import theilslopes
@@ -107,7 +117,10 @@ def kept_up(m: Measurement, arrival_span_s: float) -> float:
     if arrival_span_s <= 0 or ttft.size < 3:
         return math.nan
     at = np.unique(np.linspace(0, ttft.size - 1, min(ttft.size, _TREND_POINTS)).round())
-    growth = float(theilslopes(ttft[at.astype(int)], at).slope) * (ttft.size - 1)
+    line = theilslopes(ttft[at.astype(int)], at,
+                       alpha=0.95 if confidence is None else 2.0 * confidence - 1.0)
+    slope = float(line.slope if confidence is None else line.low_slope)
+    growth = slope * (ttft.size - 1)
     return arrival_span_s / (arrival_span_s + growth) if growth > 0 else 1.0
 
 
@@ -138,7 +151,8 @@ class _Replay(NamedTuple):
     """One reading of the capacity search: its verdict (``met``: the SLO met, the arrivals kept
     up with and the rate sustained), measurement, :func:`replay_margin` (raised to the
     :func:`~autotune.orchestrate.capacity_window.settle_margin` when that is higher),
-    :func:`kept_up`, whether the SLO alone was met (``slo_met``), whether its window was a
+    :func:`kept_up` (at :data:`~autotune.slo.P99_CONFIDENCE`: the most of the rate the queue
+    allows), whether the SLO alone was met (``slo_met``), whether its window was a
     sustained rate, and its window: replica seconds over which its measured requests arrived."""
 
     met: bool
@@ -192,8 +206,9 @@ def reading_cost_s(scale: float, window_s: float | None, sample_span_s: float,
 def _tag(scale: float, readings: list[tuple[float, _Replay]], feasible: bool,
          at_target: _Replay | None, slo: Slo, kept: _Replay) -> Measurement:
     """The kept reading ``kept`` (at ``scale``), tagged with the scale it ran at, how much of
-    the rate it kept up with, whether it was sustained, the slowest rate that missed the SLO,
-    and its verdict with the p99 intervals (:meth:`autotune.slo.Slo.verdict`); with what the
+    the rate it kept up with (``kept_up``, what it was judged on, and ``kept_up_estimate``),
+    whether it was sustained, the slowest rate that missed the SLO, and its verdict with the p99
+    intervals (:func:`_verdict`); with what the
     reading at the target rate (the schedule's own ``time_scale``; absent when the search did
     not read it) measured: ``target_*`` p99s, failures and keeping up, which say by how much a
     config misses the SLO at the rate it must serve; and with every reading's decode
@@ -201,10 +216,11 @@ def _tag(scale: float, readings: list[tuple[float, _Replay]], feasible: bool,
     in ``readings``): the same replica at several loads profiles its step time at several
     batch sizes, and its tail and lifetimes at several rates (:mod:`autotune.predict.tail`)."""
     m = kept.measurement
-    verdict = slo.verdict(m.ok, m.ttft_s, m.itl_s, m.duration_s)
+    verdict = _verdict(kept, slo)
     extra: dict[str, float] = {
         **m.extra, "load_scale": scale, "capacity_replays": float(len(readings)),
         "capacity_met_slo": 1.0 if feasible else 0.0, "kept_up": kept.kept_up,
+        "kept_up_estimate": kept_up(m, kept.window_s),
         "capacity_sustained": 1.0 if kept.sustained else 0.0,
         "capacity_window_s": kept.window_s, **verdict.as_metrics()}
     peaks = [r.measurement.extra.get(PEAK_IN_FLIGHT, math.nan) for _, r in readings]
@@ -257,7 +273,7 @@ def replay_at_capacity(replica: Replica, schedule: ReplaySchedule, slo: Slo,
         m = replica.replay(sliced, progress)
         wall += m.wall_time_s
         span = _arrival_span(sliced) / scale
-        kept = kept_up(m, span)
+        kept = kept_up(m, span, P99_CONFIDENCE)
         slo_met = m.slo_check(slo).met and not kept < KEPT_UP
         settle = settle_margin(m, span)
         margin = replay_margin(m, slo, kept)
@@ -314,6 +330,18 @@ def _warmup_span_s(requests: list[Request], scale: float, window_s: float | None
     return float(part[lead].arrival_s or 0.0) / scale
 
 
+def _verdict(r: _Replay, slo: Slo) -> SloVerdict:
+    """A reading's verdict (:meth:`autotune.slo.Slo.verdict`), undecided too when whether it
+    kept up is: its queue's best estimate says it fell behind, the most the queue allows
+    (:func:`kept_up` at :data:`~autotune.slo.P99_CONFIDENCE`, what the reading was judged on)
+    says it kept up."""
+    m = r.measurement
+    verdict = slo.verdict(m.ok, m.ttft_s, m.itl_s, m.duration_s)
+    if verdict.code == 1.0 and kept_up(m, r.window_s) < KEPT_UP <= r.kept_up:
+        return replace(verdict, code=0.5)
+    return verdict
+
+
 def _slice_rate_ratio(kept: Measurement, schedule: ReplaySchedule,
                       requests: list[Request]) -> float:
     """The kept reading's offered rate over ``load_scale`` × the sample's mean rate: 1 when its
@@ -348,9 +376,7 @@ def _decide(read: Callable[[float, float | None], _Replay], tried: dict[float, _
     (:func:`~autotune.slo.values_to_bound`; fewer could never meet it). The re-read is kept
     when it met the SLO; when it missed, the next slower rate met is the capacity (None: no
     other). A re-read still undecided is reported as such."""
-    m = tried[lo].measurement
-    if slo.verdict(m.ok, m.ttft_s, m.itl_s, m.duration_s).code != 0.5 or \
-            not _rereadable(requests, lo, window, slo):
+    if _verdict(tried[lo], slo).code != 0.5 or not _rereadable(requests, lo, window, slo):
         return lo, []
     assert window is not None
     again = read(lo, 2 * window)

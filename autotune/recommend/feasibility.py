@@ -77,7 +77,7 @@ def _misses(policy: Policy, summary: Mapping[str, Any], prefix: str) -> list[str
         out.append(f"{failed:.0f} request(s) failed")
     kept = _num(summary, prefix + "kept_up")
     if kept is not None and kept < KEPT_UP:
-        out.append(f"fell behind the arrivals, keeping up with {kept:.0%} of the rate")
+        out.append(f"fell behind the arrivals, keeping up with at most {kept:.0%} of the rate")
     return out
 
 

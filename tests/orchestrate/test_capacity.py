@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from autotune.orchestrate.capacity import KEPT_UP, kept_up, replay_at_capacity, replay_margin
+from autotune.slo import P99_CONFIDENCE
 from autotune.types import Measurement, ReplaySchedule, Request, Slo
 
 #: Arrivals of the sample at time_scale 1: 120 requests, 0.5 s apart with a jitter.
@@ -139,6 +140,55 @@ def test_kept_up_is_not_fooled_by_long_requests_at_light_load() -> None:
     m = QueueReplica(0.05).replay(_schedule())
     long = replace(m, e2e_s=m.e2e_s + 20.0, duration_s=m.duration_s + 20.0)
     assert kept_up(long, float(ARRIVALS[-1] - ARRIVALS[0])) == 1.0
+
+
+#: First-token times (s) of a window of nine requests that never queue: each waits for its own
+#: prefill alone, and the long prompts happen to come late.
+OWN_PREFILL_S = (1.1, 1.4, 0.5, 20.3, 0.7, 1.5, 41.4, 23.8, 25.1)
+
+
+@dataclass
+class UnqueuedReplica:
+    """Serves every request at once, however many: a request's first token comes after its own
+    prefill (:data:`OWN_PREFILL_S`, by its place in the schedule) and it ends 5 s later, with
+    a hundred 10 ms token gaps. It keeps up with any rate."""
+
+    def replay(self, schedule: ReplaySchedule, progress: object = None) -> Measurement:
+        arrivals = np.array([r.arrival_s for r in schedule.requests]) / schedule.time_scale
+        n = arrivals.size
+        ttft = np.array([OWN_PREFILL_S[i % len(OWN_PREFILL_S)] for i in range(n)])
+        e2e = ttft + 5.0
+        return Measurement(ttft_s=ttft, tpot_s=np.full(n, 0.01), e2e_s=e2e,
+                           output_tokens=np.full(n, 100), ok=np.ones(n, dtype=bool),
+                           itl_s=np.full(100 * n, 0.01),
+                           duration_s=float((arrivals + e2e).max() - arrivals[0]),
+                           wall_time_s=0.0)
+
+    def stop(self) -> None:
+        pass
+
+
+def test_a_handful_of_first_token_times_does_not_decide_that_a_replica_fell_behind() -> None:
+    # Nine requests over 200 s with no queue: the first-token times' best line rises by the
+    # late long prefills (kept up with 89% of the rate at 1x), but a line that flat fits them
+    # too. Judged on the estimate, the reading credited only rates the prefills' scatter
+    # allowed (a quarter of the rate); on what the queue shows, the rate is credited up to
+    # where the window stops spanning 4 request lifetimes, and the verdict says it is undecided.
+    requests = [Request(f"r{i}", 100, 100, arrival_s=25.0 * i) for i in range(9)]
+    slo = Slo(itl_p99_ms=100.0)
+    m = replay_at_capacity(UnqueuedReplica(), ReplaySchedule(requests, mode="trace",
+                                                             capacity_slo=slo),
+                           slo, max_replays=REPLAYS)
+    assert m.extra["capacity_met_slo"] == 1.0
+    assert m.extra["capacity_sustained"] == 1.0
+    assert m.extra["load_scale"] >= 1.0
+    assert m.extra["kept_up_estimate"] < KEPT_UP <= m.extra["kept_up"]
+    assert m.extra["slo_verdict_code"] == 0.5
+    thin = UnqueuedReplica().replay(ReplaySchedule(requests, mode="trace"))
+    assert kept_up(thin, 200.0) < KEPT_UP <= kept_up(thin, 200.0, P99_CONFIDENCE)
+    # a long queue decides: 3 s per request against one arrival per 0.5 s
+    behind = QueueReplica(3.0).replay(_schedule())
+    assert kept_up(behind, float(ARRIVALS[-1] - ARRIVALS[0]), P99_CONFIDENCE) < 0.2
 
 
 def test_the_margin_counts_falling_behind_only_by_the_share_of_the_rate_lost() -> None:
