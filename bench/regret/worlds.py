@@ -84,7 +84,11 @@ SPENT: dict[str, str] = {
                                        "regret/regret-held-out-llama-3.1-70b-2xh200-"
                                        "f37a314.json, regret-binding-held-out-llama-3.1-70b-"
                                        "2xh200-f37a314.json); changes after it are judged "
-                                       "in-sample"}
+                                       "in-sample",
+    "kimi-k2.6@8xB200-tp8/dspark": "scored at 5e7cd01, the search of 38d3d2a (bench/results/"
+                                   "regret/regret-held-out-kimi-k2.6-b200-5e7cd01.json, "
+                                   "regret-binding-held-out-kimi-k2.6-b200-5e7cd01.json); "
+                                   "changes after it are judged in-sample"}
 
 #: The worlds the search (the guided strategy and its predictor) was tuned on: every change to
 #: it was judged by regret runs over them (bench/results/HISTORY.md, 2026-11-29 to 2026-12-05:
