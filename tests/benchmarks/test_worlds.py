@@ -29,9 +29,9 @@ def test_a_held_out_world_is_registered_apart_from_the_worlds_tuned_on() -> None
 
 
 def test_the_held_out_world_serves_requests_on_its_own_hardware() -> None:
-    """Its policy builds (the hardware is read from its profile: 8 GPUs of a kind the
-    predictor's table lacks) and its replica serves a few requests, slower per token than the
-    shipped Kimi-K2.6 DSpark world it is scaled from."""
+    """The 8x H20 world's policy builds (the hardware is read from its profile: 8 GPUs of a kind
+    the predictor's table lacks) and its replica serves a few requests, slower per token than
+    the shipped Kimi-K2.6 DSpark world it is scaled from; the 8x B200 world's, faster."""
     from autotune.backends import create_backend
     from autotune.backends.sim import generate_requests
     from autotune.types import ReplaySchedule
@@ -43,8 +43,10 @@ def test_the_held_out_world_serves_requests_on_its_own_hardware() -> None:
                                       output_tokens=[64] * 4))
     wl = Workload("few", requests, (3000.0, 60.0), "four requests")
     reference = next(w for w in sim_worlds() if w.name == "kimi-k2.6@8xH200-tp8/dspark")
+    held = {w.name: w for w in held_out_worlds()}
+    h20, b200 = held["kimi-k2.6@8xH20-tp8/dspark"], held["kimi-k2.6@8xB200-tp8/dspark"]
     itl = {}
-    for world in (held_out_worlds()[0], reference):
+    for world in (h20, b200, reference):
         policy = bench_policy(world, wl, "grid", 12, SMALL_SPACE)
         assert policy.gpus_per_replica == 8
         backend = create_backend("sim", policy.serve.spec(), policy.sim.model_dump(), 0)
@@ -55,7 +57,7 @@ def test_the_held_out_world_serves_requests_on_its_own_hardware() -> None:
             replica.stop()
         assert m.ok.all()
         itl[world.name] = float(m.itl_s.mean())  # every token gap of the replay
-    assert itl[held_out_worlds()[0].name] > itl[reference.name]
+    assert itl[h20.name] > itl[reference.name] > itl[b200.name]
 
 
 def test_a_binding_unit_serves_its_rate_by_slower_arrivals_and_keys_its_readings_apart() -> None:
