@@ -170,10 +170,10 @@ class UnqueuedReplica:
 
 def test_a_handful_of_first_token_times_does_not_decide_that_a_replica_fell_behind() -> None:
     # Nine requests over 200 s with no queue: the first-token times' best line rises by the
-    # late long prefills (kept up with 89% of the rate at 1x), but a line that flat fits them
-    # too. Judged on the estimate, the reading credited only rates the prefills' scatter
-    # allowed (a quarter of the rate); on what the queue shows, the rate is credited up to
-    # where the window stops spanning 4 request lifetimes, and the verdict says it is undecided.
+    # late long prefills (kept up with 89% of the rate at 1x), but a flat line fits them too
+    # (the interval's high end: 99.7%). Judged on the estimate, the reading credited 0.4x;
+    # on what the queue shows, the rate is credited up to where the window stops spanning 4
+    # request lifetimes, and the verdict says it is undecided.
     requests = [Request(f"r{i}", 100, 100, arrival_s=25.0 * i) for i in range(9)]
     slo = Slo(itl_p99_ms=100.0)
     m = replay_at_capacity(UnqueuedReplica(), ReplaySchedule(requests, mode="trace",
