@@ -110,18 +110,27 @@ def kept_up(m: Measurement, arrival_span_s: float, confidence: float | None = No
     slope). A handful of first-token times, some of them long prefills of their own, fit a
     line of any slope between flat and steep; a verdict of falling behind must rest on more.
     """
+    estimate, most = _kept_up_line(m, arrival_span_s, confidence or P99_CONFIDENCE)
+    return estimate if confidence is None else most
+
+
+def _kept_up_line(m: Measurement, arrival_span_s: float, confidence: float
+                  ) -> tuple[float, float]:
+    """:func:`kept_up` as its line reads it and at ``confidence``, from one Theil-Sen fit."""
     import numpy as np
     from scipy.stats import theilslopes
 
     ttft = m.ttft_s[m.ok]
     if arrival_span_s <= 0 or ttft.size < 3:
-        return math.nan
+        return math.nan, math.nan
     at = np.unique(np.linspace(0, ttft.size - 1, min(ttft.size, _TREND_POINTS)).round())
-    line = theilslopes(ttft[at.astype(int)], at,
-                       alpha=0.95 if confidence is None else 2.0 * confidence - 1.0)
-    slope = float(line.slope if confidence is None else line.low_slope)
-    growth = slope * (ttft.size - 1)
-    return arrival_span_s / (arrival_span_s + growth) if growth > 0 else 1.0
+    line = theilslopes(ttft[at.astype(int)], at, alpha=2.0 * confidence - 1.0)
+
+    def kept(slope: float) -> float:
+        growth = slope * (ttft.size - 1)
+        return arrival_span_s / (arrival_span_s + growth) if growth > 0 else 1.0
+
+    return kept(float(line.slope)), kept(float(line.low_slope))
 
 
 def replay_margin(m: Measurement, slo: Slo, kept: float = math.nan) -> float:
@@ -163,6 +172,8 @@ class _Replay(NamedTuple):
     sustained: bool = True
     window_s: float = math.nan
     parts: tuple[float, ...] = ()
+    #: :func:`kept_up` as the queue's line reads it (``kept_up`` is its high end)
+    kept_estimate: float = math.nan
 
     def probe(self) -> Probe:
         """What the search reads of it: met, margin, each constraint's margin and, when it
@@ -220,7 +231,7 @@ def _tag(scale: float, readings: list[tuple[float, _Replay]], feasible: bool,
     extra: dict[str, float] = {
         **m.extra, "load_scale": scale, "capacity_replays": float(len(readings)),
         "capacity_met_slo": 1.0 if feasible else 0.0, "kept_up": kept.kept_up,
-        "kept_up_estimate": kept_up(m, kept.window_s),
+        "kept_up_estimate": kept.kept_estimate,
         "capacity_sustained": 1.0 if kept.sustained else 0.0,
         "capacity_window_s": kept.window_s, **verdict.as_metrics()}
     peaks = [r.measurement.extra.get(PEAK_IN_FLIGHT, math.nan) for _, r in readings]
@@ -273,7 +284,7 @@ def replay_at_capacity(replica: Replica, schedule: ReplaySchedule, slo: Slo,
         m = replica.replay(sliced, progress)
         wall += m.wall_time_s
         span = _arrival_span(sliced) / scale
-        kept = kept_up(m, span, P99_CONFIDENCE)
+        estimate, kept = _kept_up_line(m, span, P99_CONFIDENCE)
         slo_met = m.slo_check(slo).met and not kept < KEPT_UP
         settle = settle_margin(m, span)
         margin = replay_margin(m, slo, kept)
@@ -281,7 +292,7 @@ def replay_at_capacity(replica: Replica, schedule: ReplaySchedule, slo: Slo,
             margin = max(margin, settle)
         sustained = bool(settle <= 0)
         return _Replay(slo_met and sustained, m, margin, kept, slo_met, sustained, span,
-                       constraint_margins(m, slo, kept, settle))
+                       constraint_margins(m, slo, kept, settle), estimate)
 
     def probe(scale: float) -> Probe:
         tried[scale] = read(scale, window)
@@ -337,7 +348,7 @@ def _verdict(r: _Replay, slo: Slo) -> SloVerdict:
     says it kept up."""
     m = r.measurement
     verdict = slo.verdict(m.ok, m.ttft_s, m.itl_s, m.duration_s)
-    if verdict.code == 1.0 and kept_up(m, r.window_s) < KEPT_UP <= r.kept_up:
+    if verdict.code == 1.0 and r.kept_estimate < KEPT_UP <= r.kept_up:
         return replace(verdict, code=0.5)
     return verdict
 
