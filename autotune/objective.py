@@ -27,7 +27,14 @@ from enum import Enum
 from typing import Any, Generic, TypeVar
 
 from autotune.slo import KEPT_UP, margin_from_summary
-from autotune.types import PEAK_IN_FLIGHT, Measurement, Slo, TrialConfig
+from autotune.types import (
+    PEAK_IN_FLIGHT,
+    SEQS_REACHED,
+    TOKENS_REACHED,
+    Measurement,
+    Slo,
+    TrialConfig,
+)
 
 __all__ = ["CLOSE_CALL", "Outcome", "Standard", "Standing", "close_call", "mean_value", "meets",
            "meets_target", "met_at_some_rate", "rank_measured", "read_alike",
@@ -173,16 +180,34 @@ def close_call(outcome: Outcome, slo: Slo, target: float) -> bool:
                                                                                  target)
 
 
+#: The caps two configs may differ in and still read alike, each with the reading keys that
+#: bound from above the smallest such cap that would have run the reading's schedule.
+_CAP_KEYS = (("max_num_seqs", (SEQS_REACHED, PEAK_IN_FLIGHT)),
+             ("max_num_batched_tokens", (TOKENS_REACHED,)))
+
+
+def _reached(outcome: Outcome | None, keys: Sequence[str]) -> float:
+    """The tightest of ``keys`` a reading recorded (inf: none, or a failed reading)."""
+    if outcome is None:
+        return math.inf
+    bounds = [float(v) for v in (outcome.summary.get(k) for k in keys)
+              if isinstance(v, int | float) and math.isfinite(v)]
+    return min(bounds, default=math.inf)
+
+
 def read_alike(a: TrialConfig, a_readings: Sequence[Outcome | None], b: TrialConfig,
                b_readings: Sequence[Outcome | None]) -> bool:
-    """Two configs that differ only in ``max_num_seqs`` where no reading of either held as many
-    requests as the smaller cap (:data:`~autotune.types.PEAK_IN_FLIGHT`): neither cap bound, so
-    the replica ran the same schedule under both and their readings differ by replay noise
-    alone. A failed or uncounted reading is not evidence either way (False)."""
-    if a == b or replace(a, max_num_seqs=b.max_num_seqs) != b:
+    """Two configs that differ only in ``max_num_seqs`` and ``max_num_batched_tokens``, where
+    every reading of either ran a schedule the smaller of each differing cap would have run
+    too (:data:`~autotune.types.SEQS_REACHED`, :data:`~autotune.types.TOKENS_REACHED`; for
+    ``max_num_seqs`` also :data:`~autotune.types.PEAK_IN_FLIGHT`): no cap bound, so the
+    replica ran the same schedule under both and their readings differ by replay noise alone.
+    A failed or uncounted reading is not evidence either way (False)."""
+    readings = (*a_readings, *b_readings)
+    if a == b or not readings or replace(
+            a, max_num_seqs=b.max_num_seqs,
+            max_num_batched_tokens=b.max_num_batched_tokens) != b:
         return False
-    peaks = [o.summary.get(PEAK_IN_FLIGHT) if o is not None else None
-             for o in (*a_readings, *b_readings)]
-    counted = [p for p in peaks if isinstance(p, int | float) and math.isfinite(p)]
-    return (bool(counted) and len(counted) == len(peaks)
-            and max(counted) <= min(a.max_num_seqs, b.max_num_seqs))
+    return all(_reached(o, keys) <= min(getattr(a, cap), getattr(b, cap))
+               for cap, keys in _CAP_KEYS if getattr(a, cap) != getattr(b, cap)
+               for o in readings)

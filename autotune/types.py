@@ -272,6 +272,20 @@ class AcceptanceCounts:
 #: replica runs at most that many sequences, so a ``max_num_seqs`` at or above it never bound.
 PEAK_IN_FLIGHT = "peak_in_flight"
 
+#: ``Measurement.extra`` keys: the smallest ``max_num_seqs`` and ``max_num_batched_tokens``
+#: under which the replica would have run the same schedule. A cap at or above it refused
+#: nothing, so two configs that differ only in such caps read alike. The simulator counts them
+#: from its scheduler: the most requests running at once, and the most tokens a step asked
+#: for (every running request's window or chunk, every admitted request's whole prefill),
+#: each plus one when a request was left waiting after admission. A backend that cannot see
+#: its scheduler leaves them out; :data:`PEAK_IN_FLIGHT` bounds the first from above.
+SEQS_REACHED = "max_num_seqs_reached"
+TOKENS_REACHED = "max_num_batched_tokens_reached"
+
+#: The ``Measurement.extra`` keys that bound a cap from above: a capacity reading keeps the
+#: largest over its replays.
+CAP_BOUNDS = (PEAK_IN_FLIGHT, SEQS_REACHED, TOKENS_REACHED)
+
 
 @dataclass(frozen=True)
 class Measurement:

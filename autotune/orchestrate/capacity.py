@@ -75,7 +75,7 @@ from autotune.slo import (
     predicted_readings,
     values_to_bound,
 )
-from autotune.types import PEAK_IN_FLIGHT, Measurement, Progress, ReplaySchedule, Request, Slo
+from autotune.types import CAP_BOUNDS, Measurement, Progress, ReplaySchedule, Request, Slo
 
 __all__ = ["KEPT_UP", "MAX_SCALE", "MIN_SCALE", "RESOLUTION", "kept_up", "predicted_readings",
            "reading_cost_s", "replay_at_capacity", "replay_margin"]
@@ -234,8 +234,10 @@ def _tag(scale: float, readings: list[tuple[float, _Replay]], feasible: bool,
         "kept_up_estimate": kept.kept_estimate,
         "capacity_sustained": 1.0 if kept.sustained else 0.0,
         "capacity_window_s": kept.window_s, **verdict.as_metrics()}
-    peaks = [r.measurement.extra.get(PEAK_IN_FLIGHT, math.nan) for _, r in readings]
-    extra[PEAK_IN_FLIGHT] = max(peaks) if all(math.isfinite(p) for p in peaks) else math.nan
+    for key in CAP_BOUNDS:  # a cap bound holds for the config when it held in every replay
+        if any(key in r.measurement.extra for _, r in readings):
+            peaks = [r.measurement.extra.get(key, math.nan) for _, r in readings]
+            extra[key] = max(peaks) if all(math.isfinite(p) for p in peaks) else math.nan
     missed = [s for s, r in readings if not r.slo_met]
     if missed:
         extra["capacity_high_scale"] = min(missed)

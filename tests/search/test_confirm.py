@@ -13,7 +13,7 @@ from autotune.policy import policy_from_mapping
 from autotune.recommend import Scored, select_best, slo_probability
 from autotune.search import open_search
 from autotune.slo import Slo
-from autotune.types import PEAK_IN_FLIGHT, TrialConfig
+from autotune.types import PEAK_IN_FLIGHT, SEQS_REACHED, TOKENS_REACHED, TrialConfig
 
 SLO = Slo(ttft_p99_ms=1000, itl_p99_ms=45)
 
@@ -135,6 +135,24 @@ def test_configs_read_alike_differ_only_in_a_cap_no_reading_reached() -> None:
     assert not read_alike(a, [at(1.0)], a, [at(1.0)])
     other = TrialConfig(3, False, 4, 4096)  # another window: another schedule
     assert not read_alike(a, [at(1.0)], other, [at(1.0)])
+
+
+def test_the_schedulers_counts_decide_both_caps() -> None:
+    # the scheduler's own counts (SEQS_REACHED, TOKENS_REACHED) are tighter than the client's
+    # requests in flight: 40 in flight, at most 6 ever running, 1,800 tokens ever asked
+    def at(seqs: float, tokens: float | None) -> Outcome:
+        summary = {PEAK_IN_FLIGHT: 40.0, SEQS_REACHED: seqs}
+        return Outcome(1.0, {}, summary if tokens is None else {**summary,
+                                                                TOKENS_REACHED: tokens})
+
+    a = TrialConfig(1, False, 32, 8192)
+    assert read_alike(a, [at(6.0, 1800.0)], TrialConfig(1, False, 8, 8192), [at(6.0, 1800.0)])
+    assert read_alike(TrialConfig(1, False, 8, 2048), (), a, [at(6.0, 1800.0)])
+    assert not read_alike(TrialConfig(1, False, 8, 1024), (), a, [at(6.0, 1800.0)])
+    assert not read_alike(TrialConfig(1, False, 4, 8192), (), a, [at(6.0, 1800.0)])
+    # a backend that cannot count the tokens (vLLM) proves only the seqs cap unbound
+    assert read_alike(TrialConfig(1, False, 8, 8192), (), a, [at(6.0, None)])
+    assert not read_alike(TrialConfig(1, False, 32, 2048), (), a, [at(6.0, None)])
 
 
 def test_a_clear_winner_is_not_read_again(tmp_path: Path) -> None:

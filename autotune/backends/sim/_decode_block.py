@@ -139,6 +139,7 @@ def advance_steady_decode(state: ReplayState, now: float) -> float | None:
     np.maximum(batch.blocks[:rows], blocks_needed[steps - 1], out=batch.blocks[:rows])
     state.free_blocks -= int(new_blocks[steps - 1])
     state.note_kv_use()
+    state.note_asked(rows, rows * tokens_per_row)
     _record_measured(state, accepted, budget, step_s, step_end)
     if state.on_emit is not None:
         for k in range(steps):

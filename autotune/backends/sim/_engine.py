@@ -41,6 +41,8 @@ from autotune.backends.sim._state import EmitObserver, EngineConfig, ReplayState
 from autotune.errors import BackendError
 from autotune.types import (
     PEAK_IN_FLIGHT,
+    SEQS_REACHED,
+    TOKENS_REACHED,
     AcceptanceCounts,
     Measurement,
     Progress,
@@ -157,8 +159,9 @@ class _Replay(ReplayState):
             need, done = batch.need[:rows], batch.done[:rows]
             remaining = need - done
             desired = np.where(remaining > 0, remaining, 1 + n)
+            asked = int(np.add.reduce(desired))
             sched = desired
-            if int(np.add.reduce(desired)) > budget:
+            if asked > budget:
                 cum = desired.cumsum()
                 sched = np.clip(budget - (cum - desired), 0, desired)
             want = np.maximum((batch.kv[:rows] + sched + (bs - 1)) // bs - batch.blocks[:rows], 0)
@@ -176,6 +179,7 @@ class _Replay(ReplayState):
             self.free_blocks -= extra
             batch.blocks[:rows] += want
         else:
+            asked = 0
             sched = np.zeros(0, dtype=np.int64)
         if not preempted and self.waiting and budget > 0:
             new: list[int] = []
@@ -190,6 +194,7 @@ class _Replay(ReplayState):
                 batch.blocks[i] = blocks
                 self.free_blocks -= blocks
                 budget -= chunk
+                asked += r.need
                 new.append(chunk)
             if new:
                 sched = np.concatenate([sched, np.asarray(new, dtype=np.int64)])
@@ -198,6 +203,7 @@ class _Replay(ReplayState):
             raise BackendError(f"simulator stalled at t={now:.3f}s: nothing schedulable with "
                                f"{self.free_blocks} free KV blocks")
         self.note_kv_use()
+        self.note_asked(rows, asked)
         return self._execute(now, sched, rows)
 
     def _execute(self, now: float, sched: npt.NDArray[np.int64], rows: int) -> float:
@@ -336,6 +342,8 @@ class _Replay(ReplayState):
             "rejected_requests": float(self.rejected),
             "kv_peak_utilization": self.peak_blocks / max(self.cfg.kv_blocks, 1),
             PEAK_IN_FLIGHT: float(self.peak_in_flight),
+            SEQS_REACHED: float(self.seqs_reached),
+            TOKENS_REACHED: float(self.tokens_reached),
             "out_of_order_arrivals": float(self.incoming.out_of_order),
             "itl_subsampled": float(self.itl.sampled),
         }

@@ -88,10 +88,20 @@ class ReplayState:
         self.peak_blocks = 0
         #: the most requests in the replica at once (waiting or running): see PEAK_IN_FLIGHT
         self.peak_in_flight = 0
+        #: the smallest caps that would have run this schedule: see SEQS_REACHED
+        self.seqs_reached = 0
+        self.tokens_reached = 0
         self.budget_sum = 0
         self.budget_steps = 0
         #: smoothed tokens emitted per request per decode step (sizes the fast path's horizon)
         self.emit_rate = 1.0 + 0.5 * max(cfg.window, 0)
+
+    def note_asked(self, rows: int, tokens: int) -> None:
+        """Track the caps a step reached: ``rows`` running and ``tokens`` asked for, each plus
+        one when a request is left waiting (a cap of exactly that would have refused it)."""
+        waited = 1 if self.waiting else 0
+        self.seqs_reached = max(self.seqs_reached, rows + waited)
+        self.tokens_reached = max(self.tokens_reached, tokens + waited)
 
     def note_kv_use(self) -> None:
         """Track the peak of KV blocks in use."""

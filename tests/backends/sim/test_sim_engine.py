@@ -13,6 +13,8 @@ from autotune.backends.sim import SimReplica, generate_requests
 from autotune.backends.sim._engine import simulate_replay
 from autotune.types import (
     PEAK_IN_FLIGHT,
+    SEQS_REACHED,
+    TOKENS_REACHED,
     Measurement,
     ReplaySchedule,
     Request,
@@ -136,6 +138,40 @@ def test_a_cap_above_the_peak_in_flight_never_binds() -> None:
     closed = _replica(TrialConfig(3, False, 64, 8192)).replay(
         ReplaySchedule(reqs, mode="closed", concurrency=5))
     assert closed.extra[PEAK_IN_FLIGHT] == 5
+
+
+@pytest.mark.parametrize(("window", "seqs", "tokens", "rate", "workload"), [
+    (3, 256, 16384, 6.0, "chat"),
+    (7, 128, 32768, 12.0, "code"),   # long prompts: the queue and the KV cache
+    (0, 512, 16384, 20.0, "chat"),   # no drafter: a decode asks one token
+])
+def test_caps_at_what_a_replay_reached_run_the_same_schedule(
+        window: int, seqs: int, tokens: int, rate: float, workload: str) -> None:
+    # SEQS_REACHED and TOKENS_REACHED are the smallest caps that refuse nothing the replay
+    # asked for: caps set exactly there replay value for value, whatever held requests back
+    sched = ReplaySchedule(_requests(160, rate=rate, workload=workload), mode="trace")
+    wide = _replica(TrialConfig(window, False, seqs, tokens)).replay(sched)
+    s_cap, t_cap = int(wide.extra[SEQS_REACHED]), int(wide.extra[TOKENS_REACHED])
+    assert 1 <= s_cap <= wide.extra[PEAK_IN_FLIGHT] and s_cap <= seqs and t_cap <= tokens
+    for cap in (TrialConfig(window, False, s_cap, tokens),
+                TrialConfig(window, False, seqs, max(t_cap, s_cap)),
+                TrialConfig(window, False, s_cap, max(t_cap, s_cap))):
+        tight = _replica(cap).replay(sched)
+        for a, b in zip(_arrays(wide), _arrays(tight), strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_seqs_reached_sees_a_cap_the_clients_count_cannot() -> None:
+    # a small token budget keeps most arrivals waiting: more requests are in flight than ever
+    # run, so the client's count (PEAK_IN_FLIGHT) cannot clear a cap the scheduler never used
+    sched = ReplaySchedule(_requests(160, rate=12.0), mode="trace")
+    wide = _replica(TrialConfig(3, False, 256, 512)).replay(sched)
+    running = int(wide.extra[SEQS_REACHED])
+    assert running < wide.extra[PEAK_IN_FLIGHT]
+    at = _replica(TrialConfig(3, False, running, 512)).replay(sched)
+    np.testing.assert_array_equal(at.itl_s, wide.itl_s)
+    below = _replica(TrialConfig(3, False, max(running // 2, 1), 512)).replay(sched)
+    assert not np.array_equal(below.ttft_s, wide.ttft_s)
 
 
 def test_token_budget_chunks_long_prefills() -> None:
