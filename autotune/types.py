@@ -276,9 +276,10 @@ PEAK_IN_FLIGHT = "peak_in_flight"
 #: under which the replica would have run the same schedule. A cap at or above it refused
 #: nothing, so two configs that differ only in such caps read alike. The simulator counts them
 #: from its scheduler: the most requests running at once, and the most tokens a step asked
-#: for (every running request's window or chunk, every admitted request's whole prefill),
-#: each plus one when a request was left waiting after admission. A backend that cannot see
-#: its scheduler leaves them out; :data:`PEAK_IN_FLIGHT` bounds the first from above.
+#: for (each running request's window or the rest of its prompt, each admitted request's
+#: whole prompt), each plus one when a request was left waiting after admission. A backend
+#: that cannot see its scheduler leaves them out; :data:`PEAK_IN_FLIGHT` bounds the first
+#: from above.
 SEQS_REACHED = "max_num_seqs_reached"
 TOKENS_REACHED = "max_num_batched_tokens_reached"
 
