@@ -49,10 +49,15 @@ class TrialStudy:
         except Exception as e:  # optuna wraps driver errors in its own types
             raise SearchError(f"cannot open the Optuna study {name!r} in {storage_url}: "
                               f"{e}") from e
-        # Trials left RUNNING by a crashed process are failed: their configs are asked again.
-        for ft in self._study.get_trials(deepcopy=False,
-                                         states=(optuna.trial.TrialState.RUNNING,)):
-            self._study.tell(ft.number, state=optuna.trial.TrialState.FAIL)
+        # Trials a killed process left RUNNING (asked) or WAITING (enqueued by ask_for, not
+        # yet asked) are failed: their configs are asked again, and a stale WAITING trial
+        # would otherwise be handed out in place of the next config asked for.
+        state = optuna.trial.TrialState
+        study_id = storage.get_study_id_from_name(name)
+        for ft in self._study.get_trials(deepcopy=False, states=(state.RUNNING, state.WAITING)):
+            storage.set_trial_state_values(
+                storage.get_trial_id_from_study_id_trial_number(study_id, ft.number),
+                state=state.FAIL)
 
     def use_sampler(self, sampler: optuna.samplers.BaseSampler) -> None:
         """Let ``sampler`` pick the configs :meth:`ask` returns."""

@@ -131,6 +131,26 @@ def test_a_resumed_search_repeats_no_finished_trial(strategy: str, tmp_path: Pat
     assert not {c for _, c, _ in rest} & {p.config for p in done}
 
 
+def test_a_config_enqueued_by_a_killed_process_is_not_handed_out_again(tmp_path: Path) -> None:
+    """A process killed between enqueueing a config and asking for it leaves a WAITING trial;
+    the resumed study asks for other configs and gets exactly those."""
+    import optuna
+
+    url = f"sqlite:///{tmp_path}/s.db"
+    s = search("grid", tmp_path, trials=5)
+    wanted = TrialConfig(1, False, 64, 4096)  # not the config the killed process enqueued
+    optuna.load_study(study_name=s.study.name, storage=url).enqueue_trial(
+        {"num_speculative_tokens": 5, "enable_adaptive_verification": False,
+         "max_num_seqs": 8, "max_num_batched_tokens": 4096})
+    resumed = search("grid", tmp_path, trials=5)
+    number = resumed.study.ask_for(wanted)
+    trial = optuna.load_study(study_name=s.study.name, storage=url).trials[number]
+    assert TrialConfig.from_dict(trial.params) == wanted
+    states = {t.number: t.state for t in optuna.load_study(study_name=s.study.name,
+                                                           storage=url).trials}
+    assert list(states.values()).count(optuna.trial.TrialState.WAITING) == 0
+
+
 @pytest.mark.parametrize("strategy", ["grid", "random"])
 def test_a_budget_larger_than_the_space_measures_it_all_once(strategy: str,
                                                              tmp_path: Path) -> None:
