@@ -50,6 +50,7 @@ from statistics import NormalDist
 
 __all__ = [
     "FLAT_BAND",
+    "MAX_READINGS",
     "MAX_SCALE",
     "MIN_SCALE",
     "RESOLUTION",
@@ -69,6 +70,14 @@ MIN_SCALE, MAX_SCALE = 1 / 64, 64.0
 #: The search stops once the fastest rate met and the slowest missed are within this fraction
 #: of each other (so a capacity lies within this fraction above the rate it kept).
 RESOLUTION = 0.03
+
+#: The most readings one search takes. The search ends when it reaches :data:`RESOLUTION`;
+#: this cap only bounds a knee it cannot pin (a p99 that flips with its noise across several
+#: per cent of rate). Without a hint, from the rate to serve, a knee 10x away costs four or
+#: five readings to bracket and four or five more to pin: on the simulator's Kimi-K2.6 with
+#: DSpark, a cap of 7 left half the unhinted searches above 3% and a cap of 12 an eighth, for
+#: 4% more replica time (``bench/results/knee-search/replays-7`` and ``replays-12``).
+MAX_READINGS = 12
 
 #: A reading this far inside its bounds (every p99 under a quarter of its bound) may step ×4.
 _FAR = math.log(4.0)

@@ -29,7 +29,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from autotune.knee_search import MAX_SCALE, MIN_SCALE, RESOLUTION, first_step, predicted_readings
+from autotune.knee_search import (
+    MAX_READINGS,
+    MAX_SCALE,
+    MIN_SCALE,
+    RESOLUTION,
+    first_step,
+    predicted_readings,
+)
 
 if TYPE_CHECKING:  # numpy is imported where arrays are judged: read-only commands start faster
     import numpy as np
@@ -38,11 +45,10 @@ if TYPE_CHECKING:  # numpy is imported where arrays are judged: read-only comman
     FloatArray = npt.NDArray[np.float64]
     BoolArray = npt.NDArray[np.bool_]
 
-__all__ = ["KEPT_UP", "MAX_SCALE", "MIN_SCALE", "P99_CONFIDENCE", "RESOLUTION", "SETTLE_LIFETIMES",
-           "Slo", "SloCheck", "SloVerdict", "busiest_slices", "first_step", "itl_independent_gaps",
-           "lifetime_s",
-           "margin_from_summary", "p99_interval_ms", "predicted_readings", "quantile_ms",
-           "values_to_bound"]
+__all__ = ["KEPT_UP", "MAX_READINGS", "MAX_SCALE", "MIN_SCALE", "P99_CONFIDENCE", "RESOLUTION",
+           "SETTLE_LIFETIMES", "Slo", "SloCheck", "SloVerdict", "busiest_slices", "first_step",
+           "itl_independent_gaps", "lifetime_s", "margin_from_summary", "p99_interval_ms",
+           "predicted_readings", "quantile_ms", "values_to_bound"]
 
 #: The percentile the SLO bounds (as a fraction).
 SLO_QUANTILE = 0.99

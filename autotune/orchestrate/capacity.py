@@ -25,9 +25,9 @@ prompts happen to come late fits a rising line by chance, and its verdict is the
 Going down, a replay that fell behind says how far: the fraction of the offered rate it kept
 up with estimates the rate it sustains. The next rate is that estimate when it is below half
 the current one (a rate 11x out of reach costs one replay, not four halvings), so more of the
-``max_replays`` go to refining and the reading's resolution does not depend on how far out of
-reach the rate is. Every rate is still measured, never assumed: a wrong estimate only costs
-resolution.
+``max_replays`` (:data:`~autotune.slo.MAX_READINGS` unless told) go to refining and the
+reading's resolution does not depend on how far out of reach the rate is. Every rate is still
+measured, never assumed: a wrong estimate only costs resolution.
 
 Each reading replays a bounded window of the traffic (``ReplaySchedule.capacity_window_s``,
 the policy's ``replay.window_s``): the busiest slice of the sample whose arrivals fit in it at
@@ -67,6 +67,7 @@ from autotune.orchestrate.capacity_window import (
 )
 from autotune.slo import (
     KEPT_UP,
+    MAX_READINGS,
     MAX_SCALE,
     MIN_SCALE,
     P99_CONFIDENCE,
@@ -262,7 +263,7 @@ def _tag(scale: float, readings: list[tuple[float, _Replay]], feasible: bool,
 
 
 def replay_at_capacity(replica: Replica, schedule: ReplaySchedule, slo: Slo,
-                       progress: Progress | None = None, max_replays: int = 7,
+                       progress: Progress | None = None, max_replays: int = MAX_READINGS,
                        resolution: float = RESOLUTION) -> Measurement:
     """The measurement at the highest ``time_scale`` that meets ``slo``, keeps up with the
     arrivals and is sustained over its window (see module doc).

@@ -75,6 +75,12 @@ __all__ = ["Prediction", "Predictor"]
 FloatArray = npt.NDArray[np.float64]
 
 _STEP_SD = 0.05          # measurement noise of a run's mean step time (log)
+#: Replays of one config at rates within this factor of each other ran about the same batch:
+#: their mean steps differ by the replay's noise, not by what the model gets wrong, so they
+#: share one point's weight in the step-cost fit (:func:`_crowd_weights`). The readings that
+#: pin a capacity to 3% lie within a few per cent of one another; without this, a reading
+#: that pins its knee with five readings tells the fit five times what it tells it once.
+_SAME_LOAD = math.log(1.25)
 #: Prior sd of the replica model's fitted factors (log): ITL durations, TTFT wait, slot wait.
 _FACTOR_PRIOR_SD = {"itl": 0.15, "ttft": 0.5, "slots": 0.5}
 _MIN_GAIN = 1.0          # loss improvement (in squared standard errors) a factor move must bring
@@ -110,6 +116,8 @@ class _Fit:
     cost: StepCostModel
     factors: ReplicaFactors
     loss: float = 0.0
+    #: how many measured values the loss sums the errors of (the priors' terms not counted)
+    terms: int = 0
 
 
 @dataclass(frozen=True)
@@ -260,20 +268,21 @@ class Predictor:
         grid = ConfigGrid.of([c for c, _, _ in pts])
         scale = np.asarray([s for _, s, _ in pts])
         measured = np.log(np.asarray([step for _, _, step in pts], dtype=np.float64))
+        weight = _crowd_weights([c for c, _, _ in pts], scale)
         sd = cost.prior_sd()
 
         def residuals(x: FloatArray) -> FloatArray:
             at = predict_replica(wl, grid, cost.with_scale(x), factors, self.objective,
                                  scale=scale)
-            return np.concatenate([(np.log(np.maximum(at.step_s, 1e-6)) - measured) / _STEP_SD,
-                                   x / sd])
+            misfit = (np.log(np.maximum(at.step_s, 1e-6)) - measured) / _STEP_SD
+            return np.concatenate([misfit * weight, x / sd])
 
         return residuals
 
     def _fit_factors(self, cost: StepCostModel, factors: ReplicaFactors
-                     ) -> tuple[ReplicaFactors, float]:
+                     ) -> tuple[ReplicaFactors, float, int]:
         """ITL, TTFT and slot-wait factors that best explain the measured capacities and p99s,
-        searched from ``factors``; and the loss they leave.
+        searched from ``factors``; the loss they leave and how many measured values it sums.
 
         Coordinate search on a ridge objective: measured vs predicted capacity (trace mode),
         and measured vs predicted p99 ITL and TTFT at the load each run was measured at.
@@ -282,12 +291,14 @@ class Predictor:
         wl = self.workload
         pts = [o for o in self.measured if o.feasible and (o.scale or wl.mode == "closed")]
         if not pts:
-            return factors, 0.0
+            return factors, 0.0, 0
         grid = ConfigGrid.of([o.config for o in pts])
         scale = np.asarray([o.scale or wl.time_scale for o in pts])
         log_scale = np.log(scale)
         itl_m = np.asarray([o.itl_p99_ms or np.nan for o in pts])
         ttft_m = np.asarray([o.ttft_p99_ms or np.nan for o in pts])
+        terms = int(sum(np.isfinite(m).sum() for m in (itl_m, ttft_m))) \
+            + (len(pts) if wl.find_capacity else 0)
 
         def loss(k: ReplicaFactors) -> float:
             total = (k.itl / _FACTOR_PRIOR_SD["itl"]) ** 2 \
@@ -312,7 +323,7 @@ class Predictor:
                     # a move must explain the runs better, not just drift where they are blind
                     if value < best - _MIN_GAIN:
                         factors, best = trial, value
-        return self._with_bias(cost, factors), best
+        return self._with_bias(cost, factors), best, terms
 
     def _with_bias(self, cost: StepCostModel, factors: ReplicaFactors) -> ReplicaFactors:
         """``factors`` with the objective's bias fitted to the values measured at capacity."""
@@ -333,13 +344,14 @@ class Predictor:
         priors included), by which fits from different starts are weighed."""
         cost = self._fit_cost(start.cost, start.factors)
         if self.fit_factors:
-            factors, loss = self._fit_factors(cost, start.factors)
+            factors, loss, terms = self._fit_factors(cost, start.factors)
         else:
-            factors, loss = self._with_bias(cost, start.factors), 0.0
+            factors, loss, terms = self._with_bias(cost, start.factors), 0.0, 0
         residuals = self._cost_residuals(cost, factors)
         if residuals is not None:
             loss += float((residuals(np.asarray(cost.log_scale)) ** 2).sum())
-        return _Fit(cost, factors, loss)
+            terms += len(self._step_points())
+        return _Fit(cost, factors, loss, terms)
 
     # -- outputs ----------------------------------------------------------------------------
     def _beyond_facts(self, fitted: StepCostModel) -> bool:
@@ -406,6 +418,14 @@ class Predictor:
         :meth:`_part_starts`), weighed by how well they explain the runs (exp(-loss / 2));
         where they disagree, the predictions are uncertain. The better one is where the next
         refresh continues from.
+
+        The losses are in units of the noise each measured value is assumed to carry. When even
+        the best fit leaves errors larger than that (its loss per measured value above 1, the
+        model cannot explain the runs), the noise was understated by that factor and a gap
+        between two fits says that much less: the gap is divided by it before it weighs them
+        (the Birge ratio). Without this, a model off by several noise sds everywhere would
+        pick one of two fits it explains equally badly by a few units of a loss in hundreds,
+        and flip with the next reading.
         """
         warm = self._fit(self._state)
         fits = [warm]
@@ -421,7 +441,8 @@ class Predictor:
         fits.sort(key=lambda f: f.loss)
         self._state = fits[0]
         self.cost, self.factors = fits[0].cost, fits[0].factors
-        weights = [math.exp(-(f.loss - fits[0].loss) / 2.0) for f in fits]
+        birge = max(1.0, fits[0].loss / fits[0].terms) if fits[0].terms else 1.0
+        weights = [math.exp(-(f.loss - fits[0].loss) / (2.0 * birge)) for f in fits]
         total = sum(weights)
         return [(w / total, f) for w, f in zip(weights, fits, strict=True)
                 if w / total >= _MIN_WEIGHT]  # the best fit's own weight is at least 1/2
@@ -564,3 +585,14 @@ def _shrunk_log_ratio(measured: Sequence[float | None], predicted: FloatArray, *
         return 0.0
     precision = 1.0 / prior_sd**2 + len(logs) / noise_sd**2
     return float(sum(logs) / noise_sd**2 / precision)
+
+
+def _crowd_weights(configs: Sequence[TrialConfig], scale: FloatArray) -> FloatArray:
+    """Each step point's residual weight: 1 / sqrt(the points of its config whose rate is
+    within :data:`_SAME_LOAD` of its own, itself included), so a crowd of readings at one load
+    weighs about what one reading there does."""
+    log_scale = np.log(scale)
+    same = np.asarray([[a == b for b in configs] for a in configs])
+    near = np.abs(log_scale[:, None] - log_scale[None, :]) <= _SAME_LOAD
+    out: FloatArray = 1.0 / np.sqrt((same & near).sum(axis=1))
+    return out

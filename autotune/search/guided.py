@@ -54,7 +54,7 @@ from autotune.predict.facts import Facts, UndescribedReplica, describe_replica
 from autotune.predict.residual import GP_NOISE
 from autotune.search.sampler import create_tpe
 from autotune.search.strategy import Proposal, Strategy, StrategySetup
-from autotune.slo import MAX_SCALE, MIN_SCALE, predicted_readings
+from autotune.slo import MAX_READINGS, MAX_SCALE, MIN_SCALE, predicted_readings
 from autotune.types import CapacityHint, Measurement, Request, TrialConfig
 
 __all__ = ["Candidate", "Guide", "GuideDecision", "GuidedStrategy", "create_guided",
@@ -225,7 +225,7 @@ class Guide:
     (see the module doc)."""
 
     def __init__(self, predictor: Predictor, epsilon: float, *, gpus: int = 1,
-                 max_replays: int = 7) -> None:
+                 max_replays: int = MAX_READINGS) -> None:
         self.predictor = predictor
         self.epsilon = epsilon
         #: GPUs per replica (a trial's GPU-hours are its replica-hours times these)

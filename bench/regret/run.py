@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import bench.regret
+from autotune.knee_search import MAX_READINGS
 from bench.paths import shared_data
 from bench.regret.records import Detail, DetailFile
 from bench.regret.report import binding_lines, checks, result, tuned_on_lines
@@ -40,7 +41,8 @@ def parser() -> argparse.ArgumentParser:
                         "the best's mean")
     p.add_argument("--settle-se", type=float, default=0.005,
                    help="settled: standard error at most this share of the best's mean")
-    p.add_argument("--capacity-replays", type=int, default=7)
+    p.add_argument("--capacity-replays", type=int, default=MAX_READINGS,
+                   help="the most readings one capacity reading takes (default %(default)s)")
     p.add_argument("--full-space", action="store_true",
                    help="the full space (7 windows x adaptive x 5 x 4: 280 configs)")
     p.add_argument("--worlds", nargs="*", help="subset of world names")

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from autotune.knee_search import MAX_READINGS
+
 #: The knobs' values a search may choose, by knob (a policy's ``space``).
 Space = Mapping[str, Sequence[int]]
 
@@ -39,7 +41,7 @@ class Settings:
     settle_max: int = 8
     settle_within: float = 0.03
     settle_se: float = 0.005
-    capacity_replays: int = 7
+    capacity_replays: int = MAX_READINGS
     engine_seeds: int = 3
     #: re-score the real-engine readings this machine took, measuring nothing
     engine_machine: str | None = None

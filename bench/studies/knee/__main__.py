@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from autotune.knee_search import MAX_READINGS
 from bench.paths import REPO
 
 
@@ -72,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--configs", type=int, default=5,
                         help="configs per workload: the baseline and a seeded draw")
     parser.add_argument("--sds", type=float, nargs="+", default=[0.1, 0.3, 0.6])
-    parser.add_argument("--readings", type=int, default=7, help="readings a search may take")
+    parser.add_argument("--readings", type=int, default=MAX_READINGS,
+                        help="readings a search may take (default %(default)s)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--pass-db", help="read a pass's database instead")
     parser.add_argument("--out", type=Path, help="write rows, summary and manifest here")
