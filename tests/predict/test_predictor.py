@@ -392,3 +392,37 @@ def test_configs_where_the_model_predicts_a_tail_no_run_sits_in_are_marked_novel
     assert novel_regime(tails, [0, 2]).tolist() == [0.0] * 5
     assert novel_regime(tails, []).tolist() == [0.0] * 5   # no run: the prior covers all
     assert novel_regime(binding_tail(itl, ttft, Slo(None, 100)), [0]).tolist() == [0.0] * 5
+
+
+
+
+def _predicted_after(points: list[tuple[float, float, float]]) -> npt.NDArray[np.float64]:
+    """The log of the predicted value of twelve configs, after one run of window 3 whose
+    capacity reading replayed at ``points`` (scale, mean step, batch); its capacity is the
+    last point's scale."""
+    config = TrialConfig(3, False, 64, 4096)
+    others = [TrialConfig(n, False, s, t) for n in (1, 5, 7) for s in (8, 64)
+              for t in (2048, 8192)]
+    p = predictor(requests(), [config, *others])
+    p.observe(Observation(config, 4.0, True, scale=points[-1][0], itl_p99_ms=60.0,
+                          ttft_p99_ms=900.0, points=tuple(points)))
+    predicted = p.predict()
+    return np.log([predicted[c].value for c in others])
+
+
+def test_a_crowd_of_readings_at_one_load_weighs_about_what_one_reading_there_does(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A capacity reading that pins its knee reads several rates a few per cent apart: the
+    same batch, about the same step. A run whose knee was read five times predicts the other
+    configs about as one whose knee was read once does; counted as five independent
+    readings, the crowd pulls the step-cost fit towards its load at the other's expense."""
+    import autotune.predict.predictor as predictor_module
+
+    low = (0.25, 0.05, 2.0)
+    knee = [(0.5 * (1 + 0.02 * i), 0.12, 8.0) for i in range(5)]
+    once = _predicted_after([low, knee[0]])
+    crowded = _predicted_after([low, *knee[1:], knee[0]])
+    monkeypatch.setattr(predictor_module, "_SAME_LOAD", 0.0)
+    apart = _predicted_after([low, *knee[1:], knee[0]])
+    off, off_apart = np.abs(crowded - once).max(), np.abs(apart - once).max()
+    assert off < off_apart / 2, (off, off_apart)
