@@ -425,7 +425,7 @@ class Predictor:
         between two fits says that much less: the gap is divided by it before it weighs them
         (the Birge ratio). Without this, a model off by several noise sds everywhere would
         pick one of two fits it explains equally badly by a few units of a loss in hundreds,
-        and flip with the next reading.
+        and which one it picks would turn on those few units.
         """
         warm = self._fit(self._state)
         fits = [warm]

@@ -394,8 +394,6 @@ def test_configs_where_the_model_predicts_a_tail_no_run_sits_in_are_marked_novel
     assert novel_regime(binding_tail(itl, ttft, Slo(None, 100)), [0]).tolist() == [0.0] * 5
 
 
-
-
 def _predicted_after(points: list[tuple[float, float, float]]) -> npt.NDArray[np.float64]:
     """The log of the predicted value of twelve configs, after one run of window 3 whose
     capacity reading replayed at ``points`` (scale, mean step, batch); its capacity is the

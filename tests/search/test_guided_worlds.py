@@ -321,9 +321,9 @@ def test_on_one_cpu_core_a_short_window_is_not_written_off_after_the_baseline() 
     # alone (one window at a batch of about 2) cannot say which part carries its step: the
     # predictor must not take the GPU's split for granted, and the 1-token window's optimistic
     # prediction (95th percentile) stays above the baseline's reading. The replica model
-    # explains that reading's eleven replays badly from any start (losses near 400, a few
+    # explains that reading's eleven replays badly from any start (losses near 460, seven
     # units apart): the fits that put the step in the fixed cost and in the drafter keep
-    # about equal weight (the Birge ratio), where raw losses picked one by the last few units.
+    # about equal weight (0.47 and 0.52, the Birge ratio), where raw losses gave one 98%.
     from bench.regret.settings import SMALL_SPACE, Settings
     from bench.regret.sim_reader import SimReader
     from bench.regret.workloads import build_workloads

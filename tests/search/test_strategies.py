@@ -137,18 +137,15 @@ def test_a_config_enqueued_by_a_killed_process_is_not_handed_out_again(tmp_path:
     import optuna
 
     url = f"sqlite:///{tmp_path}/s.db"
-    s = search("grid", tmp_path, trials=5)
+    name = search("grid", tmp_path, trials=5).study.name
     wanted = TrialConfig(1, False, 64, 4096)  # not the config the killed process enqueued
-    optuna.load_study(study_name=s.study.name, storage=url).enqueue_trial(
+    optuna.load_study(study_name=name, storage=url).enqueue_trial(
         {"num_speculative_tokens": 5, "enable_adaptive_verification": False,
          "max_num_seqs": 8, "max_num_batched_tokens": 4096})
-    resumed = search("grid", tmp_path, trials=5)
-    number = resumed.study.ask_for(wanted)
-    trial = optuna.load_study(study_name=s.study.name, storage=url).trials[number]
-    assert TrialConfig.from_dict(trial.params) == wanted
-    states = {t.number: t.state for t in optuna.load_study(study_name=s.study.name,
-                                                           storage=url).trials}
-    assert list(states.values()).count(optuna.trial.TrialState.WAITING) == 0
+    number = search("grid", tmp_path, trials=5).study.ask_for(wanted)
+    trials = optuna.load_study(study_name=name, storage=url).trials
+    assert TrialConfig.from_dict(trials[number].params) == wanted
+    assert not [t for t in trials if t.state == optuna.trial.TrialState.WAITING]
 
 
 @pytest.mark.parametrize("strategy", ["grid", "random"])
