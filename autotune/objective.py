@@ -37,7 +37,7 @@ from autotune.types import (
 )
 
 __all__ = ["CLOSE_CALL", "Outcome", "Standard", "Standing", "close_call", "mean_value", "meets",
-           "meets_target", "met_at_some_rate", "rank_measured", "read_alike",
+           "meets_target", "met_at_some_rate", "pooled_log_sd", "rank_measured", "read_alike",
            "score_measurement", "slo_margin", "unsustained"]
 
 K = TypeVar("K", bound=Hashable)
@@ -166,6 +166,20 @@ def rank_best(readings: Sequence[tuple[K, Sequence[Outcome | None]]],
         if ranked:
             return ranked
     return []
+
+
+def pooled_log_sd(groups: Iterable[Sequence[float]]) -> tuple[float | None, int]:
+    """One reading's spread: the sd of log values pooled over the groups (each one config's
+    readings) with more than one value, and how many degrees of freedom it rests on; (None, 0)
+    when no group has two."""
+    ss, dof = 0.0, 0
+    for values in groups:
+        if len(values) > 1:
+            logs = [math.log(v) for v in values]
+            mean = sum(logs) / len(logs)
+            ss += sum((x - mean) ** 2 for x in logs)
+            dof += len(logs) - 1
+    return (math.sqrt(ss / dof), dof) if dof else (None, 0)
 
 
 def slo_margin(outcome: Outcome, slo: Slo, target: float) -> float:

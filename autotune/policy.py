@@ -348,7 +348,9 @@ class Search(_Model):
     epsilon: float = Field(
         default=0.005, ge=0,
         description="guided: stop when the best expected improvement left (relative, per trial "
-                    "of typical cost) is below this.")
+                    "of typical cost) is below this. Every strategy: a leader read once is read "
+                    "again for a narrow lead only when that reading is expected to gain this "
+                    "much (docs/search.md).")
 
 
 #: The peak window of a plan when the policy sets none (see ``plan.peak_window``).

@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from autotune.objective import Outcome, Standard, meets
+from autotune.objective import Outcome, Standard, meets, pooled_log_sd
 from autotune.recommend.choose import Scored, select_best
 from autotune.recommend.significance import CONFIDENCE, Comparison
 from autotune.slo import Slo
@@ -92,16 +92,12 @@ class Race:
 def reading_spread(trials: Sequence[Scored]) -> tuple[float | None, int]:
     """One reading's spread (sd of the log value, pooled over the configs read more than
     once) and how many configs it rests on; (None, 0) when nothing was read twice."""
-    logs: dict[TrialConfig, list[float]] = {}
+    values: dict[TrialConfig, list[float]] = {}
     for t in trials:
         if t.outcome is not None and t.outcome.value > 0:
-            logs.setdefault(t.config, []).append(math.log(t.outcome.value))
-    repeated = [v for v in logs.values() if len(v) > 1]
-    dof = sum(len(v) - 1 for v in repeated)
-    if not dof:
-        return None, 0
-    ss = sum(sum((x - sum(v) / len(v)) ** 2 for x in v) for v in repeated)
-    return math.sqrt(ss / dof), len(repeated)
+            values.setdefault(t.config, []).append(t.outcome.value)
+    sd, _ = pooled_log_sd(values.values())
+    return sd, sum(len(v) > 1 for v in values.values())
 
 
 def _standing(outcome: Outcome, target: float) -> tuple[bool, bool]:

