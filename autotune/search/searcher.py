@@ -88,7 +88,7 @@ class Searcher:
                  space: Sequence[TrialConfig], baseline: TrialConfig, budget: int,
                  incumbent: TrialConfig | None = None, past: Iterable[PastTrial] = (),
                  slo: Slo | None = None, target: float = 1.0,
-                 epsilon: float = 0.005) -> None:
+                 epsilon: float) -> None:
         if not space:
             raise SearchError("the policy's space holds no config; check policy.space")
         self.strategy = strategy
