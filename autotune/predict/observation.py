@@ -12,7 +12,9 @@ batch at every load the run was replayed at, the p99s and the acceptance counter
 
 from __future__ import annotations
 
+import itertools
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -21,23 +23,27 @@ from autotune.predict.tail import TailReading, tail_readings
 from autotune.slo import Slo, margin_from_summary
 from autotune.types import AcceptanceCounts, Measurement, TrialConfig
 
-__all__ = ["DECODE_STATS", "OBSERVED_FIELDS", "Observation", "decode_stats"]
+__all__ = ["DECODE_STATS", "OBSERVED_FIELDS", "Observation", "decode_stats", "observed"]
 
 #: Aggregates of a measurement the predictor reads step time and batch from (a summary may
 #: carry them instead of the measurement): Σ decode time, Σ decoded tokens, measured span.
 DECODE_STATS = ("decode_time_s", "decode_tokens", "duration_s")
-#: The most replays of one capacity reading (autotune.orchestrate.capacity tags replay0..).
-_MAX_REPLAYS = 16
-
 #: Summary fields the predictor may read: what a deployed vLLM server provides.
 OBSERVED_FIELDS = frozenset({
     *DECODE_STATS, "acceptance", "load_scale", "capacity_met_slo", "itl_p99_ms",
     "ttft_p99_ms", "tpot_mean_ms", "requests_per_s", "output_tokens_per_s", "failed_requests",
     "target_ttft_p99_ms", "target_itl_p99_ms", "target_failed_requests",
-    *(f"replay{i}_{k}" for i in range(_MAX_REPLAYS)
-      for k in ("scale", "decode_time_s", "decode_tokens", "duration_s", "itl_p99_ms",
-                "ttft_p99_ms", "lifetime_s", "window_s")),
 })
+#: The same of each replay of a capacity reading (autotune.orchestrate.capacity tags them
+#: ``replay0_``, ``replay1_``, ... as many as it read).
+_OBSERVED_REPLAY = re.compile(r"replay\d+_(scale|decode_time_s|decode_tokens|duration_s"
+                              r"|itl_p99_ms|ttft_p99_ms|lifetime_s|window_s)")
+
+
+def observed(key: str) -> bool:
+    """Whether the predictor may read the summary field ``key`` (:data:`OBSERVED_FIELDS`, or
+    one of them of a replay of the capacity reading)."""
+    return key in OBSERVED_FIELDS or _OBSERVED_REPLAY.fullmatch(key) is not None
 
 
 def decode_stats(m: Measurement) -> dict[str, float]:
@@ -87,7 +93,7 @@ class Observation:
         """Read an observation from a trial's summary (whitelisted fields only) and its
         measurement when at hand; ``feasible`` is the caller's verdict (see the class doc);
         ``slo`` and ``target`` (× the sample's rate) give the margin."""
-        s = {k: v for k, v in (summary or {}).items() if k in OBSERVED_FIELDS}
+        s = {k: v for k, v in (summary or {}).items() if observed(k)}
 
         def num(key: str) -> float | None:
             v = s.get(key)
@@ -115,7 +121,7 @@ class Observation:
                 step = tpot / 1000.0 * length
                 batch = rps * tpot / 1000.0 * max(tps / rps - 1.0, 0.0)
         points = []
-        for i in range(_MAX_REPLAYS):
+        for i in itertools.count():
             at = num(f"replay{i}_scale")
             if at is None:
                 break

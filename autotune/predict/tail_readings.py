@@ -3,6 +3,7 @@ rate each was read (the readings :mod:`autotune.predict.tail` calibrates on)."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -42,14 +43,14 @@ def _num(summary: Mapping[str, Any], key: str) -> float:
     return float(v) if isinstance(v, int | float) and math.isfinite(v) and v > 0 else math.nan
 
 
-def tail_readings(config: TrialConfig, summary: Mapping[str, Any], target: float,
-                  max_replays: int = 16) -> tuple[TailReading, ...]:
+def tail_readings(config: TrialConfig, summary: Mapping[str, Any],
+                  target: float) -> tuple[TailReading, ...]:
     """Every reading of a trial's summary with p99s: each ``replay{i}`` of a capacity reading
     that recorded them (:func:`replay_tail_keys`), with its lifetime and window, else the kept
     reading (at ``load_scale``) and the reading at the rate to serve (``target``, the
     ``target_*`` p99s); without a capacity reading, the one replay at ``target``."""
     out: dict[float, TailReading] = {}
-    for i in range(max_replays):
+    for i in itertools.count():
         scale = _num(summary, f"replay{i}_scale")
         if not math.isfinite(scale):
             break

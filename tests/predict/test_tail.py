@@ -12,6 +12,7 @@ import pytest
 from autotune.acceptance import AcceptanceModel
 from autotune.predict import ConfigGrid, ReplicaFactors, StepCostModel, WorkloadModel
 from autotune.predict.facts import kimi_h200_facts
+from autotune.predict.observation import observed
 from autotune.predict.replica import predict_replica
 from autotune.predict.tail import (
     TailModel,
@@ -165,6 +166,25 @@ def test_an_observation_keeps_every_reading_s_p99s() -> None:
         (1.0, 30.0, 300.0), (2.0, 50.0, 600.0), (4.0, 90.0, 1200.0)]
     failed = Observation.from_result(CONFIGS[0], None, False, summary, slo=SLO, target=1.0)
     assert failed.tails == ()
+
+
+def test_an_observation_reads_every_replay_however_many_and_only_what_a_server_reports() -> None:
+    from autotune.predict import Observation
+
+    # a capacity reading told to take more replays than the default's (--capacity-replays 20)
+    summary: dict[str, float] = {"load_scale": 1.0, "capacity_met_slo": 1.0}
+    scales = [0.1 * (i + 1) for i in range(20)]
+    for i, scale in enumerate(scales):
+        itl_key, ttft_key = replay_tail_keys(i)
+        summary.update({f"replay{i}_scale": scale, itl_key: 30.0 + i, ttft_key: 300.0,
+                        f"replay{i}_decode_time_s": 2.0, f"replay{i}_decode_tokens": 100.0,
+                        f"replay{i}_duration_s": 10.0, f"replay{i}_mean_step_s": 0.02})
+    obs = Observation.from_result(CONFIGS[0], 5.0, True, summary, slo=SLO, target=1.0)
+    assert [t.scale for t in obs.tails] == scales
+    assert [p[0] for p in obs.points] == scales
+    # a simulator's own reading of a replay is not what a server reports
+    assert observed("replay19_itl_p99_ms") and not observed("replay19_mean_step_s")
+    assert not observed("replay_scale") and not observed("replay1_scale_x")
 
 
 def test_slow_requests_that_queue_together_count_as_one_run() -> None:
