@@ -14,9 +14,9 @@ serve, else, where no config measured serves it, by capacity at some rate), when
 reading passed the SLO by less than :data:`~autotune.objective.CLOSE_CALL` (a p99 within about
 10% of its bound, or a capacity within 10% of the target rate), or leads the next config
 meeting the SLO by a lead a second reading may still overturn at a gain worth a trial
-(:mod:`autotune.search.second_reading`: the expected gain, from one reading's noise as a prior
-and this run's repeats put it, at least ``search.epsilon``, the floor the guided search stops
-reading new configs at): a *narrow lead*; or read far above what the strategy predicted for it
+(:mod:`autotune.search.second_reading`: the expected gain, from one reading's noise as this run
+measured it, at least ``search.epsilon``, the floor the guided search stops reading new
+configs at): a *narrow lead*; or read far above what the strategy predicted for it
 (:meth:`~autotune.search.strategy.Strategy.surprise`: a lucky replay looks like a discovery).
 A lead over a config read alike (:func:`~autotune.objective.read_alike`: the two differ in a
 cap neither reading reached) is no ranking to decide: the next config is the rival. The leader
@@ -221,8 +221,7 @@ class Searcher:
             return None
         return best, (f"a narrow lead: {value / rival.value - 1:.1%} ahead of "
                       f"{rival.key.short()}; a second reading is worth {worth:.2%} "
-                      f"(one reading's noise {noise.scale:.1%} on {noise.dof:g} degrees of "
-                      f"freedom)")
+                      f"(one reading's noise {noise:.1%})")
 
     def _repeat(self, confirm: tuple[TrialConfig, str]) -> Suggestion:
         config, why = confirm
