@@ -88,7 +88,11 @@ SPENT: dict[str, str] = {
     "kimi-k2.6@8xB200-tp8/dspark": "scored at 5e7cd01, the search of 38d3d2a (bench/results/"
                                    "regret/regret-held-out-kimi-k2.6-b200-5e7cd01.json, "
                                    "regret-binding-held-out-kimi-k2.6-b200-5e7cd01.json); "
-                                   "changes after it are judged in-sample"}
+                                   "changes after it are judged in-sample",
+    "llama-3.1-70b@4xL40S-tp4/eagle3": "scored at 9b1a556 (bench/results/regret/regret-held-out-"
+                                       "llama-3.1-70b-4xl40s-9b1a556.json, regret-binding-held-"
+                                       "out-llama-3.1-70b-4xl40s-9b1a556.json); 42a3ebe "
+                                       "reverted that search's narrow-lead rule after it"}
 
 #: The worlds the search (the guided strategy and its predictor) was tuned on: every change to
 #: it was judged by regret runs over them (bench/results/HISTORY.md, 2026-11-29 to 2026-12-05:
