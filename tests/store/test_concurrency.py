@@ -32,7 +32,7 @@ WRITES_DURING_READS = 10
 GIVE_UP_S = 300.0
 
 READER = textwrap.dedent('''
-    import contextlib, io, json, shlex, sys, time
+    import contextlib, io, json, os, shlex, sys, time
     from pathlib import Path
     from autotune.cli import cli
 
@@ -94,7 +94,9 @@ READER = textwrap.dedent('''
             assert seqs >= seen, (seqs, seen)
             seen = seqs
         iterations += 1
-        Path(progress).write_text(str(iterations))
+        # whole or not at all: the test reads this file while it is rewritten
+        Path(progress + ".tmp").write_text(str(iterations))
+        os.replace(progress + ".tmp", progress)
         if last:
             break
     print(iterations)
