@@ -55,6 +55,7 @@ from autotune.acceptance import (
 )
 from autotune.predict.facts import Facts
 from autotune.predict.observation import Observation
+from autotune.predict.prequential import check_score, spread_factor
 from autotune.predict.replica import ReplicaOutcomes, predict_replica
 from autotune.predict.residual import (
     GP_SCALE,
@@ -185,6 +186,8 @@ class Predictor:
                                       time_scale=time_scale, concurrency=concurrency,
                                       find_capacity=find_capacity, window_s=window_s)
         self.observations: list[Observation] = []
+        #: (config, score) of every prediction a config's first reading put to the test
+        self.checks: list[tuple[TrialConfig, float]] = []
         self._unfitted()
 
     def _unfitted(self) -> None:
@@ -199,10 +202,20 @@ class Predictor:
         self._tail: tuple[dict[TrialConfig, Prediction], TailModel] | None = None
         self._calibrated_runs = 0
         self.model_error = GP_SCALE
+        #: how much wider than the residual process's an unread config's spread is
+        self.spread = 1.0
 
     # -- inputs -----------------------------------------------------------------------------
     def observe(self, obs: Observation) -> None:
-        """Add a measured (or failed: ``value`` None) run; the next ``predict`` refits."""
+        """Add a measured (or failed: ``value`` None) run; the next ``predict`` refits. A
+        config's first reading after some run is first scored against the prediction held
+        for it (:mod:`autotune.predict.prequential`)."""
+        if (obs.feasible and obs.value is not None and obs.value > 0 and self.measured
+                and all(o.config != obs.config for o in self.observations)):
+            p = self.predict().get(obs.config)
+            if p is not None:
+                self.checks.append((obs.config, check_score(
+                    obs.value, p.log_mean, p.detail.get("model_sd", p.log_sd))))
         self.observations.append(obs)
         self._predictions = None
 
@@ -467,7 +480,11 @@ class Predictor:
                                       [m.margin_var for m in members])
         self.model_error = float(w @ np.asarray([m.model_error for m in members]))
         out = members[0].out
-        sd = np.sqrt(var)
+        model_sd = np.sqrt(var)
+        # an unread config's spread, as wide as the predictions' misses show (prequential)
+        read = {o.config for o in self.observations}
+        self.spread = spread_factor([z for _, z in self.checks])
+        sd = np.where([c in read for c in grid_all], model_sd, model_sd * self.spread)
         risk = 1.0 - _normal_cdf(margin / np.sqrt(margin_var))
         if self.too_long:
             risk = np.ones_like(risk)
@@ -484,7 +501,7 @@ class Predictor:
                         "tokens_per_step": float(out.tokens_per_step[i]),
                         "itl_p99_ms": float(out.itl_p99_ms[i]),
                         "ttft_p99_ms": float(out.ttft_p99_ms[i]),
-                        "fits": float(len(members))})
+                        "fits": float(len(members)), "model_sd": float(model_sd[i])})
         self._predictions = preds
 
     def _member(self, fit: _Fit, grid_all: Sequence[TrialConfig]) -> _Member:
@@ -563,6 +580,7 @@ class Predictor:
 
         other = copy.deepcopy(self)
         other.observations = [o for o in self.observations if o.config != config]
+        other.checks = [(c, z) for c, z in self.checks if c != config]
         other._unfitted()
         other._calibrated_runs = -1  # recalibrate the head even from no runs
         other.workload.set_acceptance(other.workload.align(other.raw))
