@@ -55,7 +55,7 @@ from autotune.acceptance import (
 )
 from autotune.predict.facts import Facts
 from autotune.predict.observation import Observation
-from autotune.predict.prequential import check_score, spread_factor
+from autotune.predict.prequential import check_score, checks_prediction, spread_factor
 from autotune.predict.replica import ReplicaOutcomes, predict_replica
 from autotune.predict.residual import (
     GP_SCALE,
@@ -63,6 +63,7 @@ from autotune.predict.residual import (
     fit_margin,
     fit_residual,
     novel_regime,
+    shrunk_log_ratio,
     uncapped,
     unpinned,
 )
@@ -202,20 +203,15 @@ class Predictor:
         self._tail: tuple[dict[TrialConfig, Prediction], TailModel] | None = None
         self._calibrated_runs = 0
         self.model_error = GP_SCALE
-        #: how much wider than the residual process's an unread config's spread is
-        self.spread = 1.0
+        self.spread = 1.0  # how much wider than the residual's an unread config's spread is
 
     # -- inputs -----------------------------------------------------------------------------
     def observe(self, obs: Observation) -> None:
         """Add a measured (or failed: ``value`` None) run; the next ``predict`` refits. A
         config's first reading after some run is first scored against the prediction held
         for it (:mod:`autotune.predict.prequential`)."""
-        if (obs.feasible and obs.value is not None and obs.value > 0 and self.measured
-                and all(o.config != obs.config for o in self.observations)):
-            p = self.predict().get(obs.config)
-            if p is not None:
-                self.checks.append((obs.config, check_score(
-                    obs.value, p.log_mean, p.detail.get("model_sd", p.log_sd))))
+        if checks_prediction(obs, self.observations) and obs.config in (preds := self.predict()):
+            self.checks.append((obs.config, check_score(obs, preds[obs.config])))
         self.observations.append(obs)
         self._predictions = None
 
@@ -348,7 +344,7 @@ class Predictor:
         scale = np.asarray([o.scale or wl.time_scale for o in pts])
         at = predict_replica(wl, grid, cost, replace(factors, bias=0.0), self.objective,
                              scale=scale)
-        bias = _shrunk_log_ratio([o.value for o in pts], at.value, prior_sd=0.2, noise_sd=0.05)
+        bias = shrunk_log_ratio([o.value for o in pts], at.value, prior_sd=0.2, noise_sd=0.05)
         return replace(factors, bias=bias)
 
     def _fit(self, start: _Fit) -> _Fit:
@@ -481,9 +477,8 @@ class Predictor:
         self.model_error = float(w @ np.asarray([m.model_error for m in members]))
         out = members[0].out
         model_sd = np.sqrt(var)
-        # an unread config's spread, as wide as the predictions' misses show (prequential)
+        self.spread = spread_factor([z for _, z in self.checks])  # as the misses show
         read = {o.config for o in self.observations}
-        self.spread = spread_factor([z for _, z in self.checks])
         sd = np.where([c in read for c in grid_all], model_sd, model_sd * self.spread)
         risk = 1.0 - _normal_cdf(margin / np.sqrt(margin_var))
         if self.too_long:
@@ -592,17 +587,6 @@ class Predictor:
             self.refresh()
         assert self._predictions is not None
         return self._predictions
-
-
-def _shrunk_log_ratio(measured: Sequence[float | None], predicted: FloatArray, *,
-                      prior_sd: float, noise_sd: float) -> float:
-    """Posterior mean of a shared log factor from log(measured / predicted), prior N(0, sd²)."""
-    logs = [math.log(m / p) for m, p in zip(measured, predicted, strict=True)
-            if m is not None and m > 0 and p > 0 and math.isfinite(p)]
-    if not logs:
-        return 0.0
-    precision = 1.0 / prior_sd**2 + len(logs) / noise_sd**2
-    return float(sum(logs) / noise_sd**2 / precision)
 
 
 def _crowd_weights(configs: Sequence[TrialConfig], scale: FloatArray) -> FloatArray:

@@ -26,19 +26,36 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
+from autotune.predict.observation import Observation
 from autotune.predict.residual import GP_NOISE
 
-__all__ = ["PRIOR_CHECKS", "check_score", "spread_factor"]
+if TYPE_CHECKING:
+    from autotune.predict.predictor import Prediction
+
+__all__ = ["PRIOR_CHECKS", "check_score", "checks_prediction", "spread_factor"]
 
 #: How many calibrated checks (z^2 = 1) the factor starts from: a single check of 3 sds
 #: widens the spread by 1.9x, not 3x; with five such checks, 2.6x.
 PRIOR_CHECKS = 2.0
 
 
-def check_score(reading: float, log_mean: float, model_sd: float) -> float:
-    """z of one reading (> 0) against the prediction it tests (the module doc)."""
-    return (math.log(reading) - log_mean) / math.hypot(model_sd, GP_NOISE)
+def checks_prediction(obs: Observation, before: Sequence[Observation]) -> bool:
+    """Whether ``obs`` tests a prediction: a config's first reading with a value, made once
+    some run (``before``, the observations so far) had one (the first run tests the facts'
+    prior, whose workload-wide offset every later prediction has learned)."""
+    return (obs.feasible and obs.value is not None and obs.value > 0
+            and any(o.value is not None for o in before)
+            and all(o.config != obs.config for o in before))
+
+
+def check_score(obs: Observation, held: Prediction) -> float:
+    """z of the reading ``obs`` against the prediction ``held`` for it before (the module
+    doc): against the residual process's own sd, before :func:`spread_factor` widened it."""
+    assert obs.value is not None and obs.value > 0
+    sd = held.detail.get("model_sd", held.log_sd)
+    return (math.log(obs.value) - held.log_mean) / math.hypot(sd, GP_NOISE)
 
 
 def spread_factor(scores: Sequence[float]) -> float:

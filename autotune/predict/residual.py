@@ -23,7 +23,7 @@ from autotune.types import Slo, TrialConfig
 
 __all__ = ["CAP_BINDS", "GP_NOISE", "GP_OFFSET", "GP_SCALE", "MARGIN_NOISE", "MARGIN_SCALE",
            "MORE_SLOTS_LOSS", "Residual", "binding_tail", "fit_margin", "fit_residual",
-           "novel_regime", "similarity", "uncapped", "unpinned"]
+           "novel_regime", "shrunk_log_ratio", "similarity", "uncapped", "unpinned"]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -342,3 +342,14 @@ def novel_regime(tails: FloatArray, measured: Sequence[int]) -> FloatArray:
     out: FloatArray = np.where(np.isfinite(tails) & ~np.isin(tails, list(seen)), 1.0, 0.0)
     out[list(measured)] = 0.0
     return out
+
+
+def shrunk_log_ratio(measured: Sequence[float | None], predicted: FloatArray, *,
+                      prior_sd: float, noise_sd: float) -> float:
+    """Posterior mean of a shared log factor from log(measured / predicted), prior N(0, sd²)."""
+    logs = [math.log(m / p) for m, p in zip(measured, predicted, strict=True)
+            if m is not None and m > 0 and p > 0 and math.isfinite(p)]
+    if not logs:
+        return 0.0
+    precision = 1.0 / prior_sd**2 + len(logs) / noise_sd**2
+    return float(sum(logs) / noise_sd**2 / precision)

@@ -8,18 +8,35 @@ import math
 
 import pytest
 
-from autotune.predict import Observation
-from autotune.predict.prequential import PRIOR_CHECKS, check_score, spread_factor
+from autotune.predict import Observation, Prediction
+from autotune.predict.prequential import PRIOR_CHECKS, check_score, checks_prediction, spread_factor
 from autotune.predict.residual import GP_NOISE
 from autotune.types import TrialConfig
 from tests.predict.test_predictor import predictor, requests
 
 
 def test_a_reading_at_the_median_scores_zero_and_one_sd_off_scores_one() -> None:
-    assert check_score(5.0, math.log(5.0), 0.1) == 0.0
-    total = math.hypot(0.1, GP_NOISE)
-    assert check_score(5.0 * math.exp(total), math.log(5.0), 0.1) == pytest.approx(1.0)
-    assert check_score(5.0 * math.exp(-2 * total), math.log(5.0), 0.1) == pytest.approx(-2.0)
+    config = TrialConfig(3, False, 32, 8192)
+    held = Prediction(config, 5.0, 4.0, 6.0, math.log(5.0), 0.3, 0.0, {"model_sd": 0.1})
+    total = math.hypot(0.1, GP_NOISE)  # the residual process's own sd, not the widened one
+
+    def z(value: float) -> float:
+        return check_score(Observation(config, value, True), held)
+
+    assert z(5.0) == 0.0
+    assert z(5.0 * math.exp(total)) == pytest.approx(1.0)
+    assert z(5.0 * math.exp(-2 * total)) == pytest.approx(-2.0)
+
+
+def test_only_a_config_first_reading_after_some_run_is_a_test() -> None:
+    a, b = TrialConfig(7, False, 1024, 8192), TrialConfig(1, False, 32, 8192)
+    assert not checks_prediction(Observation(a, 5.0, True), [])
+    assert not checks_prediction(Observation(b, 5.0, True),
+                                 [Observation(a, None, False)])  # it failed
+    assert checks_prediction(Observation(b, 5.0, True), [Observation(a, 4.0, True)])
+    assert not checks_prediction(Observation(b, 5.0, True), [Observation(a, 4.0, True),
+                                                  Observation(b, 6.0, True)])
+    assert not checks_prediction(Observation(b, 0.0, False), [Observation(a, 4.0, True)])
 
 
 def test_the_factor_is_the_shrunk_root_mean_square_and_never_narrows() -> None:
@@ -42,6 +59,7 @@ def test_a_first_reading_far_from_its_prediction_widens_only_the_unread_configs(
     assert [c for c, _ in p.checks] == [second]
     z = p.checks[0][1]
     assert z == pytest.approx(math.log(2.0) / math.hypot(held.detail["model_sd"], GP_NOISE))
+    assert z == check_score(Observation(second, held.value * 2.0, True), held)
     after = p.predict()
     assert p.spread == pytest.approx(spread_factor([z])) and p.spread > 1.0
     unread = after[third]
