@@ -22,7 +22,8 @@ in trace mode) and its SLO risk, with an interval. How:
    how well each explains the runs (:meth:`Predictor._fits`);
 3. what the model still gets wrong at measured configs is spread to their neighbours
    (:mod:`autotune.predict.residual`, a Gaussian process in log-objective space), which gives
-   every prediction its standard deviation;
+   every prediction its standard deviation; an unread config's is widened as far as the
+   predictions missed the first readings that tested them (:mod:`autotune.predict.prequential`);
 4. where no run pins a config (:func:`~autotune.predict.residual.unpinned`: no run near its
    ``max_num_batched_tokens``), the fitted model's reading is averaged
    with the facts' own and half their gap is added to its uncertainty: a fit made at one
@@ -208,8 +209,7 @@ class Predictor:
     # -- inputs -----------------------------------------------------------------------------
     def observe(self, obs: Observation) -> None:
         """Add a measured (or failed: ``value`` None) run; the next ``predict`` refits. A
-        config's first reading after some run is first scored against the prediction held
-        for it (:mod:`autotune.predict.prequential`)."""
+        config's first reading is scored against the prediction held for it (prequential)."""
         if checks_prediction(obs, self.observations) and obs.config in (preds := self.predict()):
             self.checks.append((obs.config, check_score(obs, preds[obs.config])))
         self.observations.append(obs)

@@ -407,6 +407,10 @@ class Guide:
                      key=lambda c: (c.prediction.value, worth(c)))
         gain = worth(choice)
         context = self._context(weighed, best, standard)
+        if self.predictor.spread > 1.0:
+            context += (f" (the unread configs' spread is widened {self.predictor.spread:.2f}x: "
+                        f"the predictions missed the first readings that tested them by more "
+                        f"than they allowed)")
         if gain < self.epsilon:
             return self._note(None, f"the best expected improvement left, {gain:.2%} per trial "
                                     f"({choice.config.short()}: a {choice.chance:.0%} chance "

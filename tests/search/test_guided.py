@@ -547,3 +547,24 @@ def test_a_capacity_lies_at_the_fastest_rate_likely_met_though_the_slowest_may_n
     # a falling chance is read as before: it crosses 1/2 between 1/16 and 1/4
     hint = capacity_hint(scales, [0.99, 0.9, 0.1, 0.0, 0.0])
     assert 1 / 16 < hint.scale < 1 / 4
+
+
+def test_a_run_whose_predictions_missed_says_its_spread_is_widened() -> None:
+    """Readings three times what the predictions held widen the unread configs' spread
+    (autotune/predict/prequential.py), and the guide's reasons say so; readings that land on
+    their predictions leave it as the residual process has it."""
+
+    def run(miss: float) -> tuple[float, str]:
+        g = guide()
+        g.observe(BASELINE, Outcome(2.0, {}, summary()))
+        seen: set[TrialConfig] = {BASELINE}
+        while (d := g.propose(exclude=seen)).config is not None and len(seen) < 4:
+            seen.add(d.config)
+            g.observe(d.config, Outcome(g.predictor.predict()[d.config].value * miss, {},
+                                        summary()))
+        return g.predictor.spread, d.reason
+
+    spread, reason = run(1.0)
+    assert spread == 1.0 and "widened" not in reason
+    spread, reason = run(3.0)
+    assert spread > 1.5 and f"widened {spread:.2f}x" in reason
