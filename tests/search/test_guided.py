@@ -153,6 +153,7 @@ class FixedPredictor:
         self.target = 1.0
         self.too_long = False
         self.workload = SimpleNamespace(find_capacity=True)
+        self.spread = 1.0  # the predictions' own check (prequential.py): their spread as given
 
     @property
     def measured(self) -> list[Observation]:
